@@ -1,0 +1,50 @@
+# The lab's two set-up commands are `make run` and `make test`; each builds .venv first if needed.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Installed only when no torch is importable: a CUDA build already on a GPU instance is kept.
+TORCH_PIN ?= torch==2.13.0
+OUT ?= out
+ARGS ?=
+
+.PHONY: setup run quick test lab bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed, found " + sys.version.split()[0])'
+	@if [ ! -x $(PY) ]; then \
+	  if $(PYTHON) -c 'import torch' >/dev/null 2>&1; then \
+	    echo "setup: keeping the torch that $(PYTHON) already has (venv sees system packages)"; \
+	    $(PYTHON) -m venv --system-site-packages $(VENV); \
+	  else \
+	    $(PYTHON) -m venv $(VENV); \
+	  fi; \
+	fi
+	@$(PY) -c 'import torch' >/dev/null 2>&1 || $(PY) -m pip install "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e '.[test]'
+	@$(PY) -c 'import torch; print("setup: torch", torch.__version__, "| CUDA available:", torch.cuda.is_available())'
+	@touch $@
+
+## Execute every notebook headlessly into $(OUT)/ (executed .ipynb + HTML + index.html).
+run: setup
+	$(PY) -m labutils run-notebooks --out $(OUT) $(ARGS)
+
+## The same in quick mode (what CI executes).
+quick: setup
+	$(PY) -m labutils run-notebooks --quick --out $(OUT) $(ARGS)
+
+## The whole test suite.
+test: setup
+	$(PY) -m pytest $(ARGS)
+
+## JupyterLab on notebooks/, bound to localhost, token kept on.
+lab: setup
+	$(PY) -m jupyter lab --ip 127.0.0.1 --no-browser --notebook-dir notebooks
+
+## Every benchmark script, one after another.
+bench: setup
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(OUT) .pytest_cache

@@ -1,0 +1,346 @@
+"""Starting N ranks: spawned local processes (notebook, CLI) or one rank under torchrun.
+
+The same worker runs either way. A worker is a plain function defined in `labutils`,
+`worker(ctx: RankContext, *args, **kwargs) -> picklable result`, that calls torch.distributed
+collectives; every rank must make the same calls in the same order.
+
+`launch()` guarantees a bounded run: a rank that raises, crashes or hangs ends the whole run
+with an error naming the rank, and no child process outlives it (also on Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime as _dt
+import multiprocessing as mp
+import os
+import queue as _queue
+import signal
+import socket
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from labutils.validate import LabInputError, check_choice, check_int
+
+BACKENDS = ("auto", "gloo", "nccl")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class RankError(RuntimeError):
+    """A rank failed, died or hung; `rank` says which (None when several hung)."""
+
+    def __init__(self, message: str, rank: int | None = None):
+        super().__init__(message)
+        self.rank = rank
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """What a worker knows about itself. `report(obj)` sends a progress message to the launcher."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: str
+    _channel: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def report(self, payload) -> None:
+        """Send `payload` to the launcher's `on_report(rank, payload)` (no-op without one)."""
+        if self._channel is not None:
+            self._channel(payload)
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    backend: str
+    device: str
+    reason: str
+
+
+def cuda_device_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # pragma: no cover - a broken driver counts as no GPU
+        return 0
+
+
+def resolve_backend(backend: str = "auto", device: str = "auto", nproc: int = 2,
+                    gpu_count: int | None = None) -> BackendChoice:
+    """Pick backend and device for `nproc` ranks, and say why.
+
+    auto: NCCL with one rank per GPU when there are at least `nproc` GPUs, else gloo on CPU.
+    NCCL needs CUDA tensors and one GPU per rank; gloo runs on CPU or (slowly) on CUDA tensors.
+    """
+    check_choice("backend", backend, BACKENDS)
+    check_choice("device", device, DEVICES)
+    nproc = check_int("nproc", nproc, low=1)
+    gpus = cuda_device_count() if gpu_count is None else gpu_count
+    if backend == "auto":
+        if device != "cpu" and gpus >= nproc:
+            return BackendChoice("nccl", "cuda", f"{gpus} GPU(s) visible, {nproc} rank(s): NCCL, one GPU per rank")
+        if device == "cuda" and gpus >= 1:
+            return BackendChoice("gloo", "cuda", f"only {gpus} GPU(s) for {nproc} ranks: gloo on CUDA tensors")
+        if device == "cuda":
+            raise LabInputError("device='cuda' but no CUDA GPU is visible")
+        why = "no CUDA GPU visible" if gpus == 0 else f"only {gpus} GPU(s) for {nproc} ranks"
+        return BackendChoice("gloo", "cpu", f"{why}: gloo across local CPU processes")
+    if backend == "nccl":
+        if device == "cpu":
+            raise LabInputError("backend='nccl' needs device='cuda' (NCCL moves only GPU memory)")
+        if gpus < nproc:
+            raise LabInputError(f"nproc={nproc} is larger than the {gpus} GPU(s) visible; NCCL needs one GPU per rank")
+        return BackendChoice("nccl", "cuda", "NCCL requested")
+    if device == "auto":
+        device = "cpu"
+    if device == "cuda" and gpus == 0:
+        raise LabInputError("device='cuda' but no CUDA GPU is visible")
+    return BackendChoice("gloo", device, f"gloo requested on {device} tensors")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on `host`."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def default_threads(nproc: int) -> int:
+    """CPU threads per rank so that `nproc` ranks do not oversubscribe this machine's cores."""
+    return max(1, (os.cpu_count() or 1) // max(1, nproc))
+
+
+def _die_with_parent() -> None:
+    """Linux: ask the kernel to SIGKILL this process when its parent dies."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:  # pragma: no cover - not Linux
+        pass
+
+
+def _device_for(backend: str, device: str, local_rank: int) -> str:
+    if device == "cuda":
+        import torch
+
+        index = local_rank % max(1, torch.cuda.device_count())
+        torch.cuda.set_device(index)
+        return f"cuda:{index}"
+    return "cpu"
+
+
+def init_rank(backend: str, device: str, rank: int, world_size: int, local_rank: int,
+              timeout_s: float, channel=None) -> RankContext:
+    """Join the process group described by MASTER_ADDR/MASTER_PORT (env://) and build the context."""
+    import torch.distributed as dist
+
+    dev = _device_for(backend, device, local_rank)
+    dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size,
+                            timeout=_dt.timedelta(seconds=timeout_s))
+    return RankContext(rank, world_size, local_rank, backend, dev, channel)
+
+
+def _child(rank, nproc, port, backend, device, threads, timeout_s, worker, args, kwargs, out_q, parent_pid):
+    _die_with_parent()
+    if os.getppid() != parent_pid:  # parent died before prctl took effect
+        os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides; Ctrl-C reaches it first
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(nproc))
+    import torch
+    import torch.distributed as dist
+
+    try:
+        torch.set_num_threads(threads)
+        ctx = init_rank(backend, device, rank, nproc, rank, timeout_s,
+                        channel=lambda payload: out_q.put(("report", rank, payload)))
+        out_q.put(("result", rank, worker(ctx, *args, **kwargs)))
+        status = 0
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
+        # Report before tearing the group down: peers then see a closed connection *after* this.
+        out_q.put(("error", rank, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        status = 1
+    out_q.close()
+    out_q.join_thread()
+    if status:
+        os._exit(status)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _stop_all(procs) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + 3
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(2)
+
+
+def launch(worker: Callable, nproc: int, *, args: tuple = (), kwargs: dict | None = None,
+           backend: str = "gloo", device: str = "cpu", timeout_s: float = 300.0,
+           threads_per_rank: int | None = None,
+           on_report: Callable[[int, Any], None] | None = None) -> list:
+    """Run `worker(ctx, *args, **kwargs)` on `nproc` local ranks; return the results by rank.
+
+    Ranks rendezvous on 127.0.0.1 at a free port. `timeout_s` bounds the whole run (and each
+    collective). Raises RankError naming the rank that raised, crashed or hung; every child
+    process is stopped before this function returns or raises, Ctrl-C included.
+    """
+    nproc = check_int("nproc", nproc, low=1)
+    if not (timeout_s > 0):
+        raise LabInputError(f"timeout_s={timeout_s!r} is outside the allowed range (0, inf) s")
+    threads = threads_per_rank or default_threads(nproc)
+    collective_timeout_s = max(1.0, 0.8 * timeout_s)  # peers of a hung rank time out first
+    ctx = mp.get_context("spawn")
+    out_q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_child, name=f"lab-rank{r}", daemon=True,
+                         args=(r, nproc, port, backend, device, threads, collective_timeout_s, worker, args,
+                               kwargs or {}, out_q, os.getpid()))
+             for r in range(nproc)]
+    results: dict[int, Any] = {}
+    errors: dict[int, str] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        for p in procs:
+            p.start()
+        while len(results) < nproc:
+            try:
+                kind, rank, payload = out_q.get(timeout=0.05)
+            except _queue.Empty:
+                died = [r for r, p in enumerate(procs) if r not in results and p.exitcode not in (None, 0)]
+                if died or time.monotonic() > deadline:
+                    _collect_errors(out_q, errors, results, on_report, wait_s=0.5)
+                    raise _blame(procs, results, errors, timeout_s)
+                continue
+            if kind == "report":
+                if on_report is not None:
+                    on_report(rank, payload)
+            elif kind == "result":
+                results[rank] = payload
+            else:
+                errors[rank] = payload
+                _collect_errors(out_q, errors, results, on_report, wait_s=1.0)
+                raise _blame(procs, results, errors, timeout_s)
+        return [results[r] for r in range(nproc)]
+    finally:
+        _stop_all(procs)
+        out_q.close()
+        out_q.cancel_join_thread()
+
+
+def _collect_errors(out_q, errors: dict, results: dict, on_report, wait_s: float) -> None:
+    """Gather the messages still in flight for up to `wait_s` seconds."""
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        try:
+            kind, rank, payload = out_q.get(timeout=0.05)
+        except _queue.Empty:
+            continue
+        if kind == "error":
+            errors.setdefault(rank, payload)
+        elif kind == "result":
+            results[rank] = payload
+        elif on_report is not None:
+            on_report(rank, payload)
+
+
+_SECONDARY = ("connection closed", "connection reset", "timed out", "timeout", "broken pipe")
+
+
+def _is_secondary(text: str) -> bool:
+    """An error that reports a peer's trouble (closed socket, time-out) rather than its own."""
+    head = text.splitlines()[0].lower() if text else ""
+    return any(word in head for word in _SECONDARY)
+
+
+def _blame(procs, results: dict, errors: dict, timeout_s: float) -> RankError:
+    """Name the rank that caused the failure, not the peers that noticed it.
+
+    A rank that died without a message (crash, kill) comes first; then, when the first error is
+    a peer's time-out, the ranks still running silently (they hung); else the first error.
+    """
+    silent_dead = [r for r, p in enumerate(procs)
+                   if p.exitcode not in (None, 0) and r not in errors and r not in results]
+    if silent_dead:
+        r = silent_dead[0]
+        also = f"; peers then failed: {sorted(errors)}" if errors else ""
+        return RankError(f"rank {r} died with exit code {procs[r].exitcode}{also}", rank=r)
+    silent_alive = [r for r, p in enumerate(procs) if p.is_alive() and r not in errors and r not in results]
+    primary = [r for r, text in errors.items() if not _is_secondary(text)]
+    first = primary[0] if primary else next(iter(errors), None)
+    if silent_alive and not primary:
+        ranks = ", ".join(map(str, silent_alive))
+        return RankError(f"rank(s) {ranks} stopped responding (no result within {timeout_s:g} s); "
+                         "all ranks were stopped", rank=silent_alive[0] if len(silent_alive) == 1 else None)
+    if first is not None:
+        return RankError(f"rank {first} failed: {errors[first]}", rank=first)
+    missing = [r for r in range(len(procs)) if r not in results]
+    return RankError(f"rank(s) {missing} did not finish within {timeout_s:g} s; all ranks were stopped",
+                     rank=missing[0] if len(missing) == 1 else None)
+
+
+def torchrun_env() -> dict | None:
+    """The rank variables torchrun (or any env:// launcher) set, or None outside such a launch."""
+    needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    if not all(k in os.environ for k in needed):
+        return None
+    return {"rank": int(os.environ["RANK"]), "world_size": int(os.environ["WORLD_SIZE"]),
+            "local_rank": int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))}
+
+
+def run_this_rank(worker: Callable, *, args: tuple = (), kwargs: dict | None = None,
+                  backend: str = "gloo", device: str = "cpu", timeout_s: float = 300.0,
+                  on_report: Callable[[int, Any], None] | None = None):
+    """Under torchrun: join the job as the rank the environment names, run `worker`, return its result.
+
+    Single node or several (`torchrun --nnodes 2 ...`); the rendezvous comes from env://.
+    """
+    import torch.distributed as dist
+
+    env = torchrun_env()
+    if env is None:
+        raise LabInputError("not launched by torchrun: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are unset")
+    channel = (lambda payload: on_report(env["rank"], payload)) if on_report else None
+    ctx = init_rank(backend, device, env["rank"], env["world_size"], env["local_rank"], timeout_s, channel)
+    try:
+        return worker(ctx, *args, **(kwargs or {}))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def ping_worker(ctx: RankContext, fault_rank: int = -1, fault: str = "none") -> dict:
+    """Smallest real job: all-reduce the rank numbers; sum must be N(N-1)/2 on every rank.
+
+    `fault` makes rank `fault_rank` misbehave ("raise", "hang" or "crash"), to show (and test)
+    that the launcher ends the whole run, names the rank and leaves no process behind.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if ctx.rank == fault_rank:
+        if fault == "raise":
+            raise RuntimeError(f"injected failure on rank {ctx.rank}")
+        if fault == "hang":
+            time.sleep(3600)
+        if fault == "crash":
+            os._exit(17)
+    t = torch.tensor([float(ctx.rank)], device=ctx.device)
+    dist.all_reduce(t)
+    ctx.report({"stage": "all_reduce done"})
+    return {"rank": ctx.rank, "pid": os.getpid(), "sum": float(t.item()),
+            "expected": ctx.world_size * (ctx.world_size - 1) / 2}

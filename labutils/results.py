@@ -1,0 +1,164 @@
+"""Result files: atomic writes, never overwriting, with metadata; key figures for the instructor.
+
+Layout: every measurement is a pair `<dir>/<kind>-<host>-<UTC stamp>[-n].csv` + `.json`, where the
+JSON holds `{"kind", "created_utc", "meta": {...}, "csv": <file name>}`. The directory is
+`data/results/` in the repository, or `$LAB_RESULTS_DIR` when set (tests and CI use that).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import io
+import json
+import math
+import os
+import socket
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = REPO_ROOT / "data"
+
+
+def results_dir() -> Path:
+    """Where result files live: $LAB_RESULTS_DIR, else <repo>/data/results. Created if missing."""
+    path = Path(os.environ.get("LAB_RESULTS_DIR") or DATA_DIR / "results")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to `path` via a temporary file in the same folder and os.replace.
+
+    A reader never sees a half-written file; an interrupted write leaves the old file intact.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _reserve(directory: Path, stem: str, suffixes: tuple[str, ...]) -> Path:
+    """Return a base path `directory/stem[-n]` for which no file with any suffix exists yet.
+
+    The first suffix is created empty with O_EXCL, so two writers never pick the same name.
+    """
+    for n in range(10_000):
+        base = directory / (stem if n == 0 else f"{stem}-{n}")
+        if any(base.with_name(base.name + s).exists() for s in suffixes[1:]):
+            continue
+        try:
+            fd = os.open(base.with_name(base.name + suffixes[0]), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return base
+    raise RuntimeError(f"no free result name for {stem} in {directory}")
+
+
+def _json_default(obj):
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return str(obj)
+
+
+def _clean(obj):
+    """Make floats JSON-safe: NaN and infinities become None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def to_json(obj) -> str:
+    """JSON text with numpy scalars converted and NaN/inf written as null."""
+    return json.dumps(_clean(json.loads(json.dumps(obj, default=_json_default, allow_nan=True))),
+                      indent=2, sort_keys=False)
+
+
+def utc_stamp(now: _dt.datetime | None = None) -> str:
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ")
+
+
+def save_result(kind: str, frame: pd.DataFrame | None, meta: dict, directory: str | os.PathLike | None = None) -> Path:
+    """Save a measurement as `<kind>-<host>-<stamp>.json` (+ `.csv` when `frame` is given).
+
+    Never overwrites: an existing name gets a `-1`, `-2`, ... suffix. Returns the JSON path.
+    """
+    directory = Path(directory) if directory else results_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    host = socket.gethostname().split(".")[0] or "host"
+    created = _dt.datetime.now(_dt.timezone.utc)
+    base = _reserve(directory, f"{kind}-{host}-{utc_stamp(created)}", (".json", ".csv"))
+    record = {"kind": kind, "created_utc": created.isoformat(timespec="seconds"), "meta": meta, "csv": None}
+    if frame is not None:
+        buf = io.StringIO()
+        frame.to_csv(buf, index=False)
+        csv_path = write_atomic(base.with_name(base.name + ".csv"), buf.getvalue())
+        record["csv"] = csv_path.name
+    return write_atomic(base.with_name(base.name + ".json"), to_json(record) + "\n")
+
+
+def load_result(path: str | os.PathLike) -> tuple[dict, pd.DataFrame | None]:
+    """Read a result written by save_result: (record dict, DataFrame or None)."""
+    path = Path(path)
+    record = json.loads(path.read_text(encoding="utf-8"))
+    frame = pd.read_csv(path.with_name(record["csv"])) if record.get("csv") else None
+    return record, frame
+
+
+def list_results(kind: str | None = None, directory: str | os.PathLike | None = None) -> list[Path]:
+    """JSON result files of `kind` (all kinds when None), oldest first by their creation stamp."""
+    directory = Path(directory) if directory else results_dir()
+    found = []
+    for path in directory.glob("*.json"):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(record, dict) and (kind is None or record.get("kind") == kind):
+            found.append((record.get("created_utc", ""), path.name, path))
+    return [p for _, _, p in sorted(found)]
+
+
+def latest_result(kind: str, directory: str | os.PathLike | None = None) -> tuple[dict, pd.DataFrame | None] | None:
+    """The newest result of `kind`, or None when there is none yet."""
+    paths = list_results(kind, directory)
+    return load_result(paths[-1]) if paths else None
+
+
+def record_figure(key: str, value, unit: str = "", label: str = "") -> None:
+    """Record one key figure of the running notebook for the instructor's summary.
+
+    The notebook runner sets $LAB_FIGURES_FILE per notebook; elsewhere this is a no-op, so a
+    student's interactive session is unaffected. The file maps key -> {value, unit, label}.
+    """
+    target = os.environ.get("LAB_FIGURES_FILE")
+    if not target:
+        return
+    path = Path(target)
+    figures = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    if hasattr(value, "item"):
+        value = value.item()
+    figures[key] = {"value": value, "unit": unit, "label": label or key}
+    write_atomic(path, to_json(figures) + "\n")
