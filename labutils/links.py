@@ -1,0 +1,58 @@
+"""Reference figures for each kind of link, from `data/link_table.csv`.
+
+Every row says where its figure comes from and whether it is a specification (per direction,
+decimal GB/s) or a measured all-reduce bus bandwidth. `path_class` groups rows by the kind of
+path: PCIe, SYS (across CPU sockets), NV (NVLink), NET (network), gloo (CPU-staged).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import pandas as pd
+
+from labutils.results import DATA_DIR
+
+LINK_TABLE = DATA_DIR / "link_table.csv"
+
+
+@lru_cache(maxsize=1)
+def _table() -> pd.DataFrame:
+    return pd.read_csv(LINK_TABLE)
+
+
+def load_link_table() -> pd.DataFrame:
+    """The table as a DataFrame: name, path_class, low_GBps, high_GBps, kind, source."""
+    return _table().copy()
+
+
+@dataclass(frozen=True)
+class LinkFigure:
+    """One row of the table. `typical_GBps` is the middle of [low, high]."""
+
+    name: str
+    path_class: str
+    low_GBps: float
+    high_GBps: float
+    kind: str
+    source: str
+
+    @property
+    def typical_GBps(self) -> float:
+        return (self.low_GBps + self.high_GBps) / 2
+
+
+def link_figures(path_class: str | None = None) -> list[LinkFigure]:
+    """Rows of the table as LinkFigure, optionally only one `path_class`."""
+    rows = _table() if path_class is None else _table()[_table().path_class == path_class]
+    return [LinkFigure(**{k: r[k] for k in ("name", "path_class", "low_GBps", "high_GBps", "kind", "source")})
+            for r in rows.to_dict("records")]
+
+
+def link_figure(name: str) -> LinkFigure:
+    """The row called `name`; KeyError lists the names when there is none."""
+    for fig in link_figures():
+        if fig.name == name:
+            return fig
+    raise KeyError(f"no link called {name!r}; known: {', '.join(f.name for f in link_figures())}")
