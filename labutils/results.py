@@ -110,7 +110,7 @@ def save_result(kind: str, frame: pd.DataFrame | None, meta: dict, directory: st
     host = socket.gethostname().split(".")[0] or "host"
     created = _dt.datetime.now(_dt.timezone.utc)
     base = _reserve(directory, f"{kind}-{host}-{utc_stamp(created)}", (".json", ".csv"))
-    record = {"kind": kind, "created_utc": created.isoformat(timespec="seconds"), "meta": meta, "csv": None}
+    record = {"kind": kind, "created_utc": created.isoformat(timespec="microseconds"), "meta": meta, "csv": None}
     if frame is not None:
         buf = io.StringIO()
         frame.to_csv(buf, index=False)

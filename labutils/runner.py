@@ -28,7 +28,11 @@ MAX_PLOTS_PER_NOTEBOOK = 4
 
 @dataclass(frozen=True)
 class NotebookOutcome:
-    """What one headless execution produced. `failed_cell` is the 0-based cell index or None."""
+    """What one headless execution produced.
+
+    `failed_cell` counts the cells of the committed notebook from 1 (as a reader counts them; the
+    cell papermill injects for parameters is not counted); `failed_source` is that cell's first line.
+    """
 
     name: str
     ok: bool
@@ -36,6 +40,7 @@ class NotebookOutcome:
     out_path: Path
     html_path: Path
     failed_cell: int | None = None
+    failed_source: str = ""
     error: str = ""
     figures: dict = field(default_factory=dict)
     plots: tuple[str, ...] = ()
@@ -82,6 +87,18 @@ def _save_plots(nb, out_dir: Path, stem: str) -> tuple[str, ...]:
     return tuple(saved)
 
 
+_ADDED_TAGS = {"injected-parameters", "papermill-error-cell-tag"}
+
+
+def _locate_error(nb) -> tuple[int | None, str]:
+    """The failing cell, counted from 1 among the committed notebook's cells, and its first line."""
+    own = [c for c in nb.cells if not _ADDED_TAGS & set(c.metadata.get("tags", []))]
+    for number, cell in enumerate(own, start=1):
+        if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            return number, (cell.source.strip().splitlines() or [""])[0][:120]
+    return None, ""
+
+
 def _render_html(nb, html_path: Path) -> None:
     from nbconvert import HTMLExporter
 
@@ -107,12 +124,11 @@ def execute_notebook(path: Path, out_dir: Path, parameters: dict | None = None,
     if results_dir is not None:
         os.environ["LAB_RESULTS_DIR"] = str(results_dir)
     started = time.monotonic()
-    failed_cell, error = None, ""
+    failed_cell, error = None, ""  # the cell is located in the executed notebook below
     try:
         pm.execute_notebook(str(path), str(out_path), parameters=parameters or {}, kernel_name="python3",
                             cwd=str(path.parent), progress_bar=False, execution_timeout=timeout_s)
     except pm.PapermillExecutionError as exc:
-        failed_cell = exc.cell_index
         error = f"{exc.ename}: {exc.evalue}"
     except Exception as exc:  # noqa: BLE001 - kernel death, timeout: report, do not stop the run
         error = f"{type(exc).__name__}: {exc}"
@@ -121,12 +137,16 @@ def execute_notebook(path: Path, out_dir: Path, parameters: dict | None = None,
         os.environ.update(env_before)
     seconds = time.monotonic() - started
     plots: tuple[str, ...] = ()
+    failed_source = ""
     if out_path.exists():
         nb = nbformat.read(out_path, as_version=4)
+        if error:
+            failed_cell, failed_source = _locate_error(nb)
         _render_html(nb, html_path)
         plots = _save_plots(nb, out_dir, path.stem)
     figures = json.loads(figures_file.read_text()) if figures_file.exists() else {}
-    return NotebookOutcome(path.stem, not error, seconds, out_path, html_path, failed_cell, error, figures, plots)
+    return NotebookOutcome(path.stem, not error, seconds, out_path, html_path, failed_cell, failed_source, error,
+                           figures, plots)
 
 
 def _figure_text(fig: dict) -> str:
@@ -140,7 +160,8 @@ def write_index(outcomes: list[NotebookOutcome], out_dir: Path, quick: bool) -> 
     """One page: each notebook's status, time, key figures and plots, linked to its HTML."""
     rows = []
     for o in outcomes:
-        status = "ok" if o.ok else f"FAILED in cell {o.failed_cell}: {html.escape(o.error[:300])}"
+        status = "ok" if o.ok else (f"FAILED in cell {o.failed_cell} <code>{html.escape(o.failed_source)}</code>: "
+                                    f"{html.escape(o.error[:300])}")
         figs = "<br>".join(_figure_text(f) for f in o.figures.values()) or "&mdash;"
         imgs = "".join(f'<a href="{p}"><img src="{p}" alt="plot of {o.name}"></a>' for p in o.plots)
         rows.append(f'<tr class="{"ok" if o.ok else "fail"}"><td><a href="{o.html_path.name}">{o.name}</a>'
@@ -161,7 +182,8 @@ padding:6px;vertical-align:top}}tr.fail{{background:#fdd}}tr.ok td:nth-child(2){
 
 def write_summary(outcomes: list[NotebookOutcome], out_dir: Path, quick: bool) -> Path:
     summary = {"quick": quick, "notebooks": {
-        o.name: {"ok": o.ok, "seconds": round(o.seconds, 2), "failed_cell": o.failed_cell, "error": o.error,
+        o.name: {"ok": o.ok, "seconds": round(o.seconds, 2), "failed_cell": o.failed_cell,
+                 "failed_source": o.failed_source, "error": o.error,
                  "html": o.html_path.name, "figures": {k: v.get("value") for k, v in o.figures.items()},
                  "units": {k: v.get("unit", "") for k, v in o.figures.items()}, "plots": list(o.plots)}
         for o in outcomes}}
@@ -184,20 +206,24 @@ def run_notebooks(only: str | None = None, quick: bool = False, params: dict | N
         outcome = execute_notebook(path, out_dir, parameters, results_dir)
         outcomes.append(outcome)
         if not outcome.ok:
-            tqdm.write(f"FAILED {path.name} in cell {outcome.failed_cell}: {outcome.error}", file=sys.stderr)
+            tqdm.write(f"FAILED {path.name} in cell {outcome.failed_cell} ({outcome.failed_source!r}): "
+                       f"{outcome.error}", file=sys.stderr)
     write_index(outcomes, out_dir, quick)
     write_summary(outcomes, out_dir, quick)
     return outcomes
 
 
 def _cli(args) -> int:
-    outcomes = run_notebooks(args.only, args.quick, parse_params(args.param), args.out)
+    directory = Path(args.notebooks)
+    if not directory.is_dir():
+        raise LabInputError(f"--notebooks {directory} is not a folder")
+    outcomes = run_notebooks(args.only, args.quick, parse_params(args.param), args.out, directory=directory)
     ok = sum(o.ok for o in outcomes)
     total = sum(o.seconds for o in outcomes)
     print(f"{ok}/{len(outcomes)} notebooks succeeded in {total:.0f} s; open {Path(args.out) / 'index.html'}")
     for o in outcomes:
         if not o.ok:
-            print(f"  {o.name}: failed in cell {o.failed_cell}: {o.error}")
+            print(f"  {o.name}: failed in cell {o.failed_cell} ({o.failed_source!r}): {o.error}")
     return 0 if ok == len(outcomes) else 1
 
 
@@ -207,4 +233,5 @@ def add_cli(sub) -> None:
     p.add_argument("--only", help="comma-separated notebook prefixes, e.g. 02,05")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="papermill parameter (repeatable)")
     p.add_argument("--out", default="out", help="output folder (default: out)")
+    p.add_argument("--notebooks", default=str(NOTEBOOK_DIR), help="folder of notebooks (default: the lab's)")
     p.set_defaults(func=_cli)
