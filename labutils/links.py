@@ -56,3 +56,37 @@ def link_figure(name: str) -> LinkFigure:
         if fig.name == name:
             return fig
     raise KeyError(f"no link called {name!r}; known: {', '.join(f.name for f in link_figures())}")
+
+
+def pcie_figure(gen: int) -> LinkFigure:
+    """The PCIe x16 row of generation `gen` (3, 4 or 5)."""
+    from labutils.validate import check_choice
+
+    check_choice("pcie_gen", gen, (3, 4, 5))
+    return link_figure(f"PCIe {gen}.0 x16")
+
+
+def nvlink_figure(links: int) -> LinkFigure:
+    """Per-direction figure for a bonded set of `links` NVLinks (the `NV#` of nvidia-smi topo -m).
+
+    A row whose `nvlinks` column equals `links` (e.g. 18 = H100 SXM) is used as it is; any other
+    count is `links` times the per-link rows: low = links x the slowest per-link low, high =
+    links x the fastest per-link high, because topo -m does not say which NVLink generation it is.
+    """
+    from labutils.validate import check_int
+
+    links = check_int("links", links, low=1)
+    table = _table()
+    counts = pd.to_numeric(table.get("nvlinks"), errors="coerce")
+    exact = table[(counts == links) & (counts > 1)]
+    if len(exact):
+        return link_figure(exact.iloc[0]["name"])
+    per_link = [f for f in link_figures("NV") if f.name.startswith("NVLink per link")]
+    return LinkFigure(
+        name=f"NVLink x{links}",
+        path_class="NV",
+        low_GBps=links * min(f.low_GBps for f in per_link),
+        high_GBps=links * max(f.high_GBps for f in per_link),
+        kind="specification",
+        source=f"{links} x the per-link rows: " + "; ".join(f.name for f in per_link),
+    )

@@ -1,0 +1,124 @@
+"""Copy bandwidth over the wires of this machine: host to GPU and back (pinned memory, so the
+copy is one DMA over PCIe), GPU to GPU for each pair, and on a CPU-only machine a plain memory
+copy for comparison. Which GPU pairs can reach each other directly: the peer-access matrix.
+
+Bandwidth = size_bytes / time, decimal GB/s (units.GBps); times from labutils.timing (CUDA
+events on a GPU, perf_counter on the CPU), after untimed warm-up copies.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import pandas as pd
+
+from labutils.timing import time_loop
+from labutils.units import GBps
+from labutils.validate import check_int
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    """One measured copy: `kind` is "H2D", "D2H", "D2D" or "host"; `src`/`dst` name the ends."""
+
+    kind: str
+    src: str
+    dst: str
+    size_bytes: int
+    ms: float
+    GBps: float
+    pinned: bool
+
+
+def time_copy(dst, src, kind: str, timer_device: str, iters: int, warmup: int = 2, pinned: bool = True) -> CopyResult:
+    """Time `dst.copy_(src)`: `warmup` untimed copies, then the mean of `iters` timed ones."""
+    import torch
+
+    iters = check_int("iters", iters, low=1)
+    ctx = torch.cuda.device(timer_device) if timer_device.startswith("cuda") else nullcontext()
+    with ctx:
+        for _ in range(warmup):
+            dst.copy_(src, non_blocking=True)
+        ms = time_loop(lambda: dst.copy_(src, non_blocking=True), iters, timer_device, sync_ranks=False)
+    size = src.numel() * src.element_size()
+    return CopyResult(kind, str(src.device), str(dst.device), size, ms, GBps(size, ms / 1e3), pinned)
+
+
+def host_copy(size_bytes: int, iters: int = 5) -> CopyResult:
+    """CPU memory to CPU memory: what moving bytes costs without any wire (the CPU-only route)."""
+    import torch
+
+    n = check_int("size_bytes", size_bytes, low=1)
+    src, dst = torch.ones(n, dtype=torch.uint8), torch.empty(n, dtype=torch.uint8)
+    return time_copy(dst, src, "host", "cpu", iters, pinned=False)
+
+
+def h2d_d2h(device: int, size_bytes: int, iters: int = 10, pinned: bool = True) -> list[CopyResult]:
+    """Host-to-device and device-to-host over PCIe for GPU `device` (pinned host memory by default)."""
+    import torch
+
+    n = check_int("size_bytes", size_bytes, low=1)
+    host = torch.ones(n, dtype=torch.uint8, pin_memory=pinned)
+    gpu = torch.empty(n, dtype=torch.uint8, device=f"cuda:{device}")
+    dev = f"cuda:{device}"
+    return [time_copy(gpu, host, "H2D", dev, iters, pinned=pinned),
+            time_copy(host, gpu, "D2H", dev, iters, pinned=pinned)]
+
+
+def d2d(src: int, dst: int, size_bytes: int, iters: int = 10) -> CopyResult:
+    """GPU `src` to GPU `dst` (directly when peer access is on, else staged by the driver)."""
+    import torch
+
+    n = check_int("size_bytes", size_bytes, low=1)
+    a = torch.ones(n, dtype=torch.uint8, device=f"cuda:{src}")
+    b = torch.empty(n, dtype=torch.uint8, device=f"cuda:{dst}")
+    return time_copy(b, a, "D2D", f"cuda:{src}", iters)
+
+
+def peer_access_matrix() -> pd.DataFrame | None:
+    """`torch.cuda.can_device_access_peer(i, j)` for every pair (True on the diagonal); None without GPUs."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    n = torch.cuda.device_count()
+    names = [f"GPU{i}" for i in range(n)]
+    grid = [[i == j or bool(torch.cuda.can_device_access_peer(i, j)) for j in range(n)] for i in range(n)]
+    return pd.DataFrame(grid, index=names, columns=names)
+
+
+def measure_copies(size_bytes: int, iters: int = 10, progress: bool = True) -> pd.DataFrame:
+    """Every copy this machine can make: H2D/D2H per GPU and D2D per ordered GPU pair, or one
+    host copy without GPUs. Columns of CopyResult."""
+    import torch
+    from tqdm.auto import tqdm
+
+    if not torch.cuda.is_available():
+        return pd.DataFrame([host_copy(size_bytes, iters).__dict__])
+    n = torch.cuda.device_count()
+    jobs = [("h", i, None) for i in range(n)] + [("d", i, j) for i in range(n) for j in range(n) if i != j]
+    rows: list[CopyResult] = []
+    for what, i, j in tqdm(jobs, desc="copies", disable=not progress):
+        rows += h2d_d2h(i, size_bytes, iters) if what == "h" else [d2d(i, j, size_bytes, iters)]
+    return pd.DataFrame([r.__dict__ for r in rows])
+
+
+def expected_bands(frame: pd.DataFrame, topo=None, pcie_gen: int = 4) -> list[tuple[float, float] | None]:
+    """The link table's (low, high) GB/s for each copy in `frame`: H2D/D2H ride the PCIe link of
+    generation `pcie_gen`; D2D rides the pair's path in `topo` (None without a topology, and for
+    host copies, which cross no link)."""
+    from labutils.links import pcie_figure
+    from labutils.topology import pair_path
+
+    bands: list[tuple[float, float] | None] = []
+    for r in frame.itertuples():
+        if r.kind in ("H2D", "D2H"):
+            fig = pcie_figure(pcie_gen)
+            bands.append((fig.low_GBps, fig.high_GBps))
+        elif r.kind == "D2D" and topo is not None:
+            p = pair_path(topo, int(r.src.split(":")[1]), int(r.dst.split(":")[1]), pcie_gen)
+            bands.append((p.low_GBps, p.high_GBps))
+        else:
+            bands.append(None)
+    return bands

@@ -1,0 +1,518 @@
+"""What joins the devices: `nvidia-smi topo -m` read into a frozen Topology, each GPU pair's path
+classified in plain words, and the bandwidth that path can carry from `data/link_table.csv`.
+
+Link codes of `nvidia-smi topo -m`, fastest first:
+    NV#  a bonded set of # NVLinks (directly or through NVSwitch)
+    PIX  at most one PCIe bridge (the same PCIe switch)
+    PXB  several PCIe bridges, not through the CPU's host bridge
+    PHB  through a PCIe host bridge (the CPU's root complex)
+    NODE between PCIe host bridges within one NUMA node
+    SYS  across NUMA nodes: PCIe plus the socket-to-socket link (QPI/UPI); older drivers say SOC
+A ring all-reduce moves every byte over every link of the ring, so its busbw is bounded by the
+slowest path in the ring: pick GPUs whose paths are all fast.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from labutils.links import LinkFigure, link_figure, nvlink_figure, pcie_figure
+from labutils.results import DATA_DIR
+from labutils.validate import LabInputError, check_choice
+
+SAMPLES_DIR = DATA_DIR / "topologies"
+DEFAULT_PCIE_GEN = 4
+ATTRIBUTES = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_CODE = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
+_DEVICE = re.compile(r"^[A-Za-z][\w.:-]*\d$")  # GPU0, NIC3, mlx5_0: a device name ends in a digit
+_NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+
+# code -> (speed rank, higher is faster; the short name of the path; the path in plain words)
+PATHS = {
+    "PIX": (5, "same PCIe switch", "at most one PCIe bridge between them: peer traffic turns round "
+            "inside one PCIe switch and never reaches the CPU"),
+    "PXB": (4, "across PCIe switches", "several PCIe bridges (a tree of switches) between them, "
+            "still without passing through the CPU's host bridge"),
+    "PHB": (3, "through the host bridge", "traffic climbs to the CPU's PCIe root complex (host "
+            "bridge) and back down to the other GPU"),
+    "NODE": (2, "across host bridges, one NUMA node", "traffic crosses from one PCIe host bridge to "
+             "another inside the same CPU socket"),
+    "SYS": (1, "across NUMA nodes / sockets", "traffic crosses PCIe and the socket-to-socket link "
+            "(QPI/UPI/Infinity Fabric): the slowest path inside one machine"),
+}
+
+
+class TopologyParseError(LabInputError):
+    """`nvidia-smi topo -m` text that cannot be read; the message names the line and why."""
+
+    def __init__(self, line_no: int | None, why: str):
+        where = f"line {line_no}: " if line_no is not None else ""
+        super().__init__(f"topology text, {where}{why}")
+        self.line_no = line_no
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The matrix of `nvidia-smi topo -m`.
+
+    `devices` are the header's columns in order (GPUs first, then NICs); `matrix[i][j]` is the
+    link code between devices i and j. The per-GPU tuples hold CPU affinity ("0-23,48-71"),
+    NUMA affinity and GPU NUMA ID as printed (None where absent or "N/A"). `nic_names` pairs
+    NIC columns with the NIC legend's device names (("NIC0", "mlx5_0"), ...).
+    """
+
+    devices: tuple[str, ...]
+    matrix: tuple[tuple[str, ...], ...]
+    cpu_affinity: tuple[str | None, ...]
+    numa_affinity: tuple[str | None, ...]
+    gpu_numa_id: tuple[str | None, ...]
+    nic_names: tuple[tuple[str, str], ...] = ()
+    attributes: tuple[str, ...] = ()
+    source: str = ""
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        return tuple(d for d in self.devices if re.fullmatch(r"GPU\d+", d))
+
+    @property
+    def nics(self) -> tuple[str, ...]:
+        return tuple(d for d in self.devices if d not in self.gpus)
+
+    def link(self, a: str | int, b: str | int) -> str:
+        """The code between two devices, given as names ("GPU0") or GPU indices."""
+        i, j = self.devices.index(_name(self, a)), self.devices.index(_name(self, b))
+        return self.matrix[i][j]
+
+    def gpu_links(self) -> dict[str, dict[str, str]]:
+        """{"GPU0": {"GPU1": "PHB", ...}, ...} without the diagonal."""
+        return {a: {b: self.link(a, b) for b in self.gpus if b != a} for a in self.gpus}
+
+    def nic_name(self, nic: str) -> str:
+        return dict(self.nic_names).get(nic, nic)
+
+
+def _name(topo: Topology, device: str | int) -> str:
+    name = f"GPU{device}" if isinstance(device, int) else str(device)
+    if name not in topo.devices:
+        raise LabInputError(f"device={device!r} is not one of: {', '.join(topo.devices)}")
+    return name
+
+
+def strip_ansi(text: str) -> str:
+    """Remove terminal colour/underline/bold codes (nvidia-smi underlines its header)."""
+    return _ANSI.sub("", text)
+
+
+def _header(line: str, line_no: int) -> tuple[list[str], list[str]]:
+    """Device columns and attribute columns of the header line."""
+    cut = min([line.find(a) for a in ATTRIBUTES if a in line] or [len(line)])
+    devices = line[:cut].split()
+    attrs = sorted((a for a in ATTRIBUTES if a in line), key=line.find)
+    leftover = line[cut:]
+    for a in attrs:
+        leftover = leftover.replace(a, "", 1)
+    if leftover.strip():
+        raise TopologyParseError(line_no, f"unknown header column(s) {leftover.split()} after the devices")
+    bad = [d for d in devices if not _DEVICE.match(d)]
+    if bad:
+        raise TopologyParseError(line_no, f"header column {bad[0]!r} is not a device name")
+    gpus = [d for d in devices if d.startswith("GPU")]
+    if gpus != [f"GPU{i}" for i in range(len(gpus))] or devices[:len(gpus)] != gpus:
+        raise TopologyParseError(line_no, f"GPU columns must come first as GPU0, GPU1, ... in order, got {gpus}")
+    return devices, attrs
+
+
+def _find_header(lines: list[str]) -> int:
+    for i, line in enumerate(lines):
+        tokens = line.split()
+        if "GPU0" in tokens and not any(_CODE.match(t) for t in tokens):
+            return i
+    raise TopologyParseError(None, "no header line naming GPU0 (is this `nvidia-smi topo -m` output?)")
+
+
+def parse_topology(text: str, source: str = "text") -> Topology:
+    """Read `nvidia-smi topo -m` output: tab- or space-separated, with or without ANSI codes,
+    NIC rows, NUMA columns or NIC legend. Raises TopologyParseError naming the line and why."""
+    lines = strip_ansi(text).replace("\r", "").splitlines()
+    h = _find_header(lines)
+    devices, attrs = _header(lines[h], h + 1)
+    n = len(devices)
+    rows: dict[str, tuple[list[str], list[str], int]] = {}
+    end = h + 1
+    for end in range(h + 1, len(lines) + 1):
+        if end == len(lines) or not lines[end].strip() or lines[end].strip().startswith("Legend"):
+            break
+        line_no, tokens = end + 1, lines[end].split()
+        name = tokens[0]
+        if name not in devices:
+            raise TopologyParseError(line_no, f"row {name!r} is not one of the header's columns {devices}")
+        if name in rows:
+            raise TopologyParseError(line_no, f"row {name} appears twice")
+        cells, rest = tokens[1:1 + n], tokens[1 + n:]
+        if len(cells) < n:
+            raise TopologyParseError(line_no, f"row {name} has {len(cells)} link cell(s); the header names {n} devices")
+        for col, code in zip(devices, cells):
+            if not _CODE.match(code):
+                raise TopologyParseError(line_no, f"unknown link code {code!r} in row {name}, column {col} "
+                                                  "(expected X, NV#, PIX, PXB, PHB, NODE or SYS)")
+        if len(rest) > len(attrs):
+            raise TopologyParseError(line_no, f"row {name} has {len(rest)} cell(s) after the link columns "
+                                              f"but the header names {len(attrs)}: {list(attrs)}")
+        rows[name] = (cells, rest, line_no)
+    gpus = [d for d in devices if d.startswith("GPU")]
+    missing = [g for g in gpus if g not in rows]
+    if missing:
+        raise TopologyParseError(end + 1, f"the matrix ends before the row(s) of {missing}")
+    matrix = _square(devices, rows)
+    info = {g: dict(zip(attrs, [None if v == "N/A" else v for v in rows[g][1]])) for g in gpus}
+    legend = tuple((m.group(1), m.group(2)) for m in map(_NIC_LEGEND.match, lines[end:]) if m)
+    return Topology(
+        devices=tuple(devices), matrix=matrix,
+        cpu_affinity=tuple(info[g].get("CPU Affinity") for g in gpus),
+        numa_affinity=tuple(info[g].get("NUMA Affinity") for g in gpus),
+        gpu_numa_id=tuple(info[g].get("GPU NUMA ID") for g in gpus),
+        nic_names=legend, attributes=tuple(attrs), source=source)
+
+
+def _square(devices: list[str], rows: dict) -> tuple[tuple[str, ...], ...]:
+    """The full matrix; a NIC row that is absent is read from its column ("?" between two such
+    NICs). Checks the diagonal and symmetry."""
+    n = len(devices)
+    grid = [[rows[d][0][j] if d in rows else None for j in range(n)] for d in devices]
+    for i, j in itertools.product(range(n), range(n)):
+        if grid[i][j] is None:
+            grid[i][j] = "X" if i == j else rows[devices[j]][0][i] if devices[j] in rows else "?"
+    for i, d in enumerate(devices):
+        line_no = rows[d][2] if d in rows else None
+        if grid[i][i] != "X":
+            raise TopologyParseError(line_no, f"row {d} must read X against itself, got {grid[i][i]!r}")
+        for j in range(i):
+            if grid[i][j] == "X":
+                raise TopologyParseError(line_no, f"row {d} reads X against {devices[j]} (X means the device itself)")
+            if grid[i][j] != grid[j][i]:
+                raise TopologyParseError(line_no, f"{d}-{devices[j]} reads {grid[i][j]} but {devices[j]}-{d} "
+                                                  f"reads {grid[j][i]}; the matrix must be symmetric")
+    return tuple(tuple(r) for r in grid)
+
+
+# ---- samples and the live machine ---------------------------------------------------------
+
+def list_samples() -> list[str]:
+    """Names of the shipped samples in data/topologies/ (file stems)."""
+    return sorted(p.stem for p in SAMPLES_DIR.glob("*.txt"))
+
+
+def sample_facts() -> pd.DataFrame:
+    """data/topologies/samples.csv: name, title, gpu, pcie_gen, modelled_on."""
+    return pd.read_csv(SAMPLES_DIR / "samples.csv")
+
+
+def sample_pcie_gen(name: str) -> int:
+    facts = sample_facts().set_index("name")
+    return int(facts.loc[name, "pcie_gen"]) if name in facts.index else DEFAULT_PCIE_GEN
+
+
+def read_topology_file(path: str | Path) -> Topology:
+    """Parse a saved `nvidia-smi topo -m` output; a bare sample name (e.g. "two_gpu_sys") also works."""
+    p = Path(path)
+    if not p.exists() and str(path) in list_samples():
+        p = SAMPLES_DIR / f"{path}.txt"
+    if not p.is_file():
+        raise LabInputError(f"file={str(path)!r} does not exist; samples: {', '.join(list_samples())}")
+    return parse_topology(p.read_text(encoding="utf-8", errors="replace"), source=str(p))
+
+
+def load_sample(name: str) -> Topology:
+    check_choice("sample", name, list_samples())
+    return read_topology_file(SAMPLES_DIR / f"{name}.txt")
+
+
+def run_nvidia_smi(timeout_s: float = 15.0) -> tuple[str | None, str]:
+    """(`nvidia-smi topo -m` output, "") or (None, why not)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None, "nvidia-smi is not installed on this machine (no NVIDIA driver)"
+    try:
+        done = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None, f"nvidia-smi topo -m did not answer within {timeout_s:g} s"
+    if done.returncode != 0:
+        return None, f"nvidia-smi topo -m failed ({done.returncode}): {(done.stderr or done.stdout).strip()[:200]}"
+    return done.stdout, ""
+
+
+def live_topology(timeout_s: float = 15.0) -> tuple[Topology | None, str]:
+    """This machine's topology, or (None, why not)."""
+    text, why = run_nvidia_smi(timeout_s)
+    return (None, why) if text is None else (parse_topology(text, source="nvidia-smi topo -m"), "")
+
+
+# ---- classification and expectations ------------------------------------------------------
+
+@dataclass(frozen=True)
+class PairPath:
+    """One GPU pair: its code, path class, plain-language description and expected range
+    (decimal GB/s per direction) with the table row it came from."""
+
+    a: str
+    b: str
+    code: str
+    path_class: str
+    rank: int
+    nvlinks: int
+    description: str
+    low_GBps: float
+    high_GBps: float
+    reference: str
+
+
+def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN) -> LinkFigure:
+    """The table's range for one link code.
+
+    NV#: `nvlink_figure(#)`. PIX/PXB/PHB/NODE: the PCIe gen row. SYS: high = the gen row's typical
+    (low) figure, low = high-end x (measured SYS busbw / PCIe 5.0 spec), i.e. the source article's
+    22 of 63 GB/s carried over to the other generations.
+    """
+    code = "SYS" if code == "SOC" else code
+    if code.startswith("NV"):
+        return nvlink_figure(int(code[2:]))
+    pcie = pcie_figure(pcie_gen)
+    if code != "SYS":
+        return pcie
+    sys_row, gen5 = link_figure("PCIe 5.0 x16 across sockets (SYS)"), pcie_figure(5)
+    low = pcie.high_GBps * sys_row.low_GBps / gen5.high_GBps
+    return LinkFigure(f"PCIe {pcie_gen}.0 x16 across sockets (SYS)", "SYS", round(low, 2), pcie.low_GBps,
+                      "scaled from measured busbw", f"{sys_row.source}; scaled to PCIe {pcie_gen}.0 by its spec ratio")
+
+
+def classify(code: str) -> tuple[int, str, str, int]:
+    """(speed rank, class name, plain-language description, NVLink count) for one code."""
+    code = "SYS" if code == "SOC" else code
+    if code.startswith("NV"):
+        links = int(code[2:])
+        return (100 + links, f"NVLink x{links}", f"{links} bonded NVLink(s) joining the two GPUs directly "
+                f"(or through NVSwitch): traffic never touches PCIe or the CPU", links)
+    if code not in PATHS:
+        raise LabInputError(f"code={code!r} is not a GPU-to-GPU link code (X excluded)")
+    rank, short, words = PATHS[code]
+    return rank, short, words, 0
+
+
+def pair_path(topo: Topology, a: str | int, b: str | int, pcie_gen: int = DEFAULT_PCIE_GEN) -> PairPath:
+    a, b = _name(topo, a), _name(topo, b)
+    code = topo.link(a, b)
+    if code == "X":
+        raise LabInputError(f"pair=({a}, {b}) names the same device twice")
+    rank, short, words, links = classify(code)
+    fig = expected_figure(code, pcie_gen)
+    return PairPath(a, b, code, short, rank, links, words, fig.low_GBps, fig.high_GBps, fig.name)
+
+
+def pair_paths(topo: Topology, pcie_gen: int = DEFAULT_PCIE_GEN) -> list[PairPath]:
+    """Every GPU pair (a < b), in matrix order."""
+    return [pair_path(topo, a, b, pcie_gen) for a, b in itertools.combinations(topo.gpus, 2)]
+
+
+@dataclass(frozen=True)
+class PairChoice:
+    """The pair to pick for a 2-GPU job, the slowest pair in the group, and why."""
+
+    best: PairPath
+    worst: PairPath
+    reason: str
+
+
+def choose_pair(topo: Topology, among=None, pcie_gen: int = DEFAULT_PCIE_GEN) -> PairChoice:
+    """The fastest-joined pair among `among` (GPU indices or names; all GPUs by default).
+
+    Ties go to the lowest indices. A 2-GPU all-reduce runs over exactly this one path, so its
+    busbw is bounded by the path's range.
+    """
+    names = [_name(topo, g) for g in (among if among is not None else topo.gpus)]
+    if len(set(names)) < 2:
+        raise LabInputError(f"among={among!r} must name at least two different GPUs")
+    paths = [pair_path(topo, a, b, pcie_gen) for a, b in itertools.combinations(names, 2)]
+    best = max(paths, key=lambda p: p.rank)
+    worst = min(paths, key=lambda p: p.rank)
+    reason = (f"{best.a} and {best.b} are joined by {best.code} ({best.path_class}): {best.description}. "
+              f"Expect about {best.low_GBps:g}-{best.high_GBps:g} GB/s per direction ({best.reference}).")
+    if worst.rank < best.rank:
+        reason += (f" Avoid pairs like {worst.a}-{worst.b} ({worst.code}, {worst.path_class}, "
+                   f"{worst.low_GBps:g}-{worst.high_GBps:g} GB/s).")
+    return PairChoice(best, worst, reason)
+
+
+def group_bottleneck(topo: Topology, gpus, pcie_gen: int = DEFAULT_PCIE_GEN) -> PairPath:
+    """The slowest path between two members of `gpus`. A ring that spans the group must cross
+    from one side of such a path to the other, so this path bounds the group's all-reduce busbw
+    (NCCL may order the ring to cross it as few times as possible, never zero times)."""
+    return choose_pair(topo, gpus, pcie_gen).worst
+
+
+def check_pair_choice(sample: str, pair, busbw_GBps: float | None = None) -> str:
+    """Exercise checker: is `pair` (two GPU indices) a best pair for a 2-GPU job on `sample`, and
+    is `busbw_GBps` inside the expected range of its path? Returns a hint, not just yes/no."""
+    topo, gen = load_sample(sample), sample_pcie_gen(sample)
+    try:
+        a, b = pair
+        mine = pair_path(topo, a, b, gen)
+    except (TypeError, ValueError) as exc:
+        return f"Not yet: give two different GPU indices of {sample}, e.g. (0, 1). ({exc})"
+    best = choose_pair(topo, pcie_gen=gen).best
+    if mine.rank < best.rank:
+        return (f"Not yet: {mine.a}-{mine.b} reads {mine.code} ({mine.path_class}). Some pair on this "
+                f"machine is joined by a faster code; in the legend's order NV# > PIX > PXB > PHB > NODE > SYS. "
+                f"Scan the rows for the best code you can find.")
+    text = f"Good pair: {mine.a}-{mine.b} reads {mine.code}, {mine.path_class}, the fastest path here."
+    if busbw_GBps is None:
+        return text + " Now estimate the busbw you expect from the link table (in GB/s)."
+    if busbw_GBps > mine.high_GBps:
+        return (text + f" But {busbw_GBps:g} GB/s is above what the path can carry per direction "
+                f"({mine.high_GBps:g} GB/s, {mine.reference}); busbw cannot beat the wire.")
+    if busbw_GBps < 0.5 * mine.low_GBps:
+        return (text + f" {busbw_GBps:g} GB/s is very pessimistic: look up {mine.reference} in the "
+                f"link table; a clean path gets near its low figure or better.")
+    return text + f" {busbw_GBps:g} GB/s is a sound expectation (table: {mine.low_GBps:g}-{mine.high_GBps:g} GB/s, {mine.reference})."
+
+
+# ---- NVML facts (GPU machines) ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """What NVML says about one GPU: PCIe generation and width (current and max) and how many
+    NVLinks are active."""
+
+    index: int
+    name: str
+    pcie_gen: int | None
+    pcie_gen_max: int | None
+    pcie_width: int | None
+    pcie_width_max: int | None
+    nvlinks_active: int
+
+
+def nvml_facts() -> tuple[list[GpuFacts], str]:
+    """([GpuFacts per GPU], "") or ([], why not). Needs nvidia-ml-py and an NVIDIA driver."""
+    try:
+        import pynvml
+    except ImportError:
+        return [], "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return [], f"NVML is not available: {exc}"
+    try:
+        return [_facts(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())], ""
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _facts(pynvml, i: int) -> GpuFacts:
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+
+    def ask(fn, *args):
+        try:
+            return int(fn(h, *args))
+        except pynvml.NVMLError:
+            return None
+
+    active = 0
+    for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        active += ask(pynvml.nvmlDeviceGetNvLinkState, link) == 1
+    name = pynvml.nvmlDeviceGetName(h)
+    return GpuFacts(i, name.decode() if isinstance(name, bytes) else str(name),
+                    ask(pynvml.nvmlDeviceGetCurrPcieLinkGeneration), ask(pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
+                    ask(pynvml.nvmlDeviceGetCurrPcieLinkWidth), ask(pynvml.nvmlDeviceGetMaxPcieLinkWidth), active)
+
+
+def pcie_gen_of(facts: list[GpuFacts]) -> int:
+    """The PCIe generation to assume: the lowest max generation among the GPUs, within 3..5."""
+    gens = [f.pcie_gen_max for f in facts if f.pcie_gen_max]
+    return min(5, max(3, min(gens))) if gens else DEFAULT_PCIE_GEN
+
+
+# ---- reports: JSON and text ---------------------------------------------------------------
+
+def summary(topo: Topology, pcie_gen: int = DEFAULT_PCIE_GEN) -> dict:
+    """Everything `topo --json` prints: gpus, links, affinities, NICs, pairs and the pick."""
+    gpus = topo.gpus
+    out = {
+        "source": topo.source,
+        "gpus": list(gpus),
+        "links": topo.gpu_links(),
+        "cpu_affinity": dict(zip(gpus, topo.cpu_affinity)),
+        "numa_affinity": dict(zip(gpus, topo.numa_affinity)),
+        "gpu_numa_id": dict(zip(gpus, topo.gpu_numa_id)),
+        "nics": {n: topo.nic_name(n) for n in topo.nics},
+        "nic_links": {g: {n: topo.link(g, n) for n in topo.nics} for g in gpus},
+        "pcie_gen_assumed": pcie_gen,
+        "pairs": [
+            {"a": p.a, "b": p.b, "code": p.code, "class": p.path_class, "description": p.description,
+             "expected_low_GBps": p.low_GBps, "expected_high_GBps": p.high_GBps, "reference": p.reference}
+            for p in pair_paths(topo, pcie_gen)
+        ],
+    }
+    if len(gpus) >= 2:
+        pick = choose_pair(topo, pcie_gen=pcie_gen)
+        out["best_pair"] = {"gpus": [pick.best.a, pick.best.b], "code": pick.best.code, "reason": pick.reason}
+    return out
+
+
+def format_matrix(topo: Topology, nics: bool = True) -> str:
+    """The matrix as aligned text, NIC columns named by the legend."""
+    cols = list(topo.gpus) + (list(topo.nics) if nics else [])
+    width = max(6, *(len(topo.nic_name(c)) + 1 for c in cols))
+    head = " " * width + "".join(topo.nic_name(c).ljust(width) for c in cols)
+    lines = [head.rstrip()]
+    for r in cols:
+        lines.append((topo.nic_name(r).ljust(width) + "".join(topo.link(r, c).ljust(width) for c in cols)).rstrip())
+    return "\n".join(lines)
+
+
+def describe(topo: Topology, pcie_gen: int = DEFAULT_PCIE_GEN) -> str:
+    """A plain-text report: matrix, legend of the codes present, one line per pair, the pick."""
+    lines = [f"Topology from {topo.source}: {len(topo.gpus)} GPU(s), {len(topo.nics)} NIC(s)", "",
+             format_matrix(topo), ""]
+    for g, cpu, numa in zip(topo.gpus, topo.cpu_affinity, topo.numa_affinity):
+        lines.append(f"{g}: CPU affinity {cpu or 'n/a'}, NUMA node {numa or 'n/a'}")
+    lines += ["", f"Each pair (expected GB/s per direction, assuming PCIe {pcie_gen}.0 x16 where PCIe is used):"]
+    for p in pair_paths(topo, pcie_gen):
+        lines.append(f"  {p.a}-{p.b}  {p.code:5} {p.path_class:36} {p.low_GBps:>7g} - {p.high_GBps:<7g} ({p.reference})")
+    if len(topo.gpus) >= 2:
+        lines += ["", "For a 2-GPU job: " + choose_pair(topo, pcie_gen=pcie_gen).reason]
+    return "\n".join(lines)
+
+
+def add_cli(subparsers) -> None:
+    p = subparsers.add_parser("topo", help="read nvidia-smi topo -m (or a saved file) and classify each GPU pair")
+    p.add_argument("--file", help="a saved `nvidia-smi topo -m` output, or a sample name from data/topologies/")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--pcie-gen", type=int, choices=(3, 4, 5), default=None,
+                   help="PCIe generation to assume (default: from NVML, a sample's facts, or 4)")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args) -> int:
+    import json
+
+    if args.file:
+        topo = read_topology_file(args.file)
+        gen = args.pcie_gen or sample_pcie_gen(Path(args.file).stem)
+    else:
+        topo, why = live_topology()
+        if topo is None:
+            print(f"No live topology: {why}.")
+            print(f"Nothing is wrong with this machine; study a sample instead, e.g. "
+                  f"`python -m labutils topo --file two_gpu_sys`. Samples in {SAMPLES_DIR}: {', '.join(list_samples())}")
+            return 0
+        gen = args.pcie_gen or pcie_gen_of(nvml_facts()[0])
+    print(json.dumps(summary(topo, gen), indent=2) if args.json else describe(topo, gen))
+    return 0

@@ -1,0 +1,142 @@
+"""`machine.check` on this machine, the CPU/NUMA reader, and the `check` / `topo` subcommands."""
+
+import json
+
+import pytest
+import torch
+
+from labutils import cli, machine
+from labutils.topology import list_samples
+
+
+@pytest.fixture
+def run_cli(monkeypatch, capsys):
+    """Run `python -m labutils ...` in-process with only this issue's subcommands registered."""
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["labutils.machine", "labutils.topology"])
+
+    def run(*argv):
+        code = cli.main(list(argv))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+    return run
+
+
+def test_check_reports_this_machine():
+    r = machine.check()
+    assert r.python.count(".") == 2
+    assert r.torch_version == torch.__version__
+    assert r.torch_build == ("CPU" if torch.version.cuda is None else f"CUDA {torch.version.cuda}")
+    assert r.gpu_count == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    assert r.cuda_available == (r.gpu_count > 0) and len(r.gpu_names) == r.gpu_count
+    assert r.gloo_works is None and "not tried" in r.gloo_detail
+    assert r.cpu_cores >= 1 and r.numa_nodes and r.sockets >= 1
+    assert dict(r.route).keys() == machine.ROUTES.keys()
+    if r.gpu_count == 0:
+        assert r.case == "cpu" and r.nccl_version is None
+        assert "sample" in dict(r.route)["01_topology"]
+
+
+def test_route_follows_the_case():
+    multi = dict(machine.check(gpu_count=4).route)
+    assert "NCCL" in multi["02_allreduce_sweep"] and machine.check(gpu_count=4).case == "multi-gpu"
+    assert "gloo" in dict(machine.check(gpu_count=1).route)["02_allreduce_sweep"]
+
+
+def test_count_cpulist():
+    assert machine.count_cpulist("0-3,8-11") == 8
+    assert machine.count_cpulist("5") == 1
+    assert machine.count_cpulist("") == 0
+
+
+def test_cpu_layout_reads_a_two_socket_sys_tree(tmp_path):
+    system = tmp_path / "devices" / "system"
+    for node, cpus in ((0, "0-3,8-11"), (1, "4-7,12-15")):
+        (system / "node" / f"node{node}").mkdir(parents=True)
+        (system / "node" / f"node{node}" / "cpulist").write_text(cpus + "\n")
+    for cpu in range(16):
+        topo = system / "cpu" / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        topo.joinpath("physical_package_id").write_text("0\n" if cpu % 8 < 4 else "1\n")
+    layout = machine.cpu_layout(str(tmp_path))
+    assert (layout.cpus, layout.sockets) == (16, 2)
+    assert [(n.node, n.cpulist, n.cpus) for n in layout.numa_nodes] == [(0, "0-3,8-11", 8), (1, "4-7,12-15", 8)]
+
+
+def test_cpu_layout_falls_back_without_sys(tmp_path):
+    layout = machine.cpu_layout(str(tmp_path))
+    assert layout.cpus >= 1 and layout.numa_nodes and layout.source in ("lscpu -p", "os.cpu_count()")
+
+
+def test_check_cli_text_and_json(run_cli):
+    code, out, _ = run_cli("check")
+    assert code == 0 and "Route through the lab" in out and "01_topology" in out
+    code, out, _ = run_cli("check", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert {"python", "torch_version", "torch_build", "cuda_available", "gpu_count", "gpu_names", "nccl_version",
+            "gloo_available", "nvidia_smi", "cpu_cores", "numa_nodes", "route"} <= data.keys()
+    assert data["route"]["05_time_budget"]
+
+
+@pytest.mark.distributed
+def test_check_ping_runs_gloo_on_two_ranks(run_cli):
+    code, out, _ = run_cli("check", "--json", "--ping")
+    data = json.loads(out)
+    assert code == 0 and data["gloo_works"] is True and "correct sum" in data["gloo_detail"]
+
+
+@pytest.mark.parametrize("name", list_samples())
+def test_topo_file_on_every_sample(run_cli, name):
+    code, out, _ = run_cli("topo", "--file", name, "--json")
+    data = json.loads(out)
+    assert code == 0
+    n = len(data["gpus"])
+    assert len(data["pairs"]) == n * (n - 1) // 2 and set(data["links"]) == set(data["gpus"])
+    assert set(data["cpu_affinity"]) == set(data["gpus"]) and "numa_affinity" in data
+    assert all(p["expected_low_GBps"] <= p["expected_high_GBps"] for p in data["pairs"])
+    code, text, _ = run_cli("topo", "--file", name)
+    assert code == 0 and "For a 2-GPU job" in text
+
+
+def test_topo_file_path_and_errors(run_cli, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("\tGPU0\tGPU1\nGPU0\t X \tPHB\nGPU1\tWAT\t X \n")
+    code, _, err = run_cli("topo", "--file", str(bad))
+    assert code == 2 and "line 3" in err and "WAT" in err and err.count("\n") == 1
+    code, _, err = run_cli("topo", "--file", str(tmp_path / "missing.txt"))
+    assert code == 2 and "does not exist" in err
+
+
+def test_topo_without_nvidia_smi_says_so_and_exits_0(run_cli, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    code, out, _ = run_cli("topo")
+    assert code == 0
+    assert "nvidia-smi is not installed" in out and "--file two_gpu_sys" in out
+
+
+def _fake_nvidia_smi(directory, body):
+    exe = directory / "nvidia-smi"
+    exe.write_text("#!/bin/sh\n" + body + "\n")
+    exe.chmod(0o755)
+
+
+def test_topo_reads_a_live_nvidia_smi(run_cli, monkeypatch, tmp_path):
+    from labutils.topology import SAMPLES_DIR
+
+    _fake_nvidia_smi(tmp_path, f"cat '{SAMPLES_DIR / 'two_gpu_nvlink_bridge.txt'}'")
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    code, out, _ = run_cli("topo", "--json", "--pcie-gen", "4")
+    data = json.loads(out)
+    assert code == 0 and data["source"] == "nvidia-smi topo -m" and data["links"]["GPU0"]["GPU1"] == "NV4"
+
+
+def test_nvidia_smi_that_hangs_or_fails_is_reported(monkeypatch, tmp_path):
+    from labutils.topology import run_nvidia_smi
+
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    _fake_nvidia_smi(tmp_path, "exec sleep 5")
+    text, why = run_nvidia_smi(timeout_s=0.5)
+    assert text is None and "did not answer" in why
+    _fake_nvidia_smi(tmp_path, "echo 'NVIDIA-SMI has failed' >&2; exit 9")
+    text, why = run_nvidia_smi()
+    assert text is None and "failed (9)" in why and "NVIDIA-SMI has failed" in why

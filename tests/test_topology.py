@@ -1,0 +1,251 @@
+"""Reading `nvidia-smi topo -m`, classifying paths, the link table, the pair choice, the exercise
+checker, and the copy probes (GPU parts skip without CUDA)."""
+
+import itertools
+
+import pytest
+import torch
+
+from labutils import topology as tp
+from labutils.links import link_figure, load_link_table, nvlink_figure, pcie_figure
+from labutils.validate import LabInputError
+
+SAMPLES = tp.list_samples()
+NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (copy probes, peer access)")
+
+# Hand-made variants of real layouts: header words spaced by tabs or runs of spaces.
+TWO_TABS = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tPHB\t0-63\t0\t\tN/A\nGPU1\tPHB\t X \t0-63\t0\t\tN/A\n"
+TWO_SPACES = ("        GPU0    GPU1    CPU Affinity    NUMA Affinity\n"
+              "GPU0     X      NV4     0-15            0\n"
+              "GPU1    NV4      X      0-15            0\n\nLegend:\n\n  X    = Self\n")
+OLD_DRIVER = ("$ nvidia-smi topo -m\n\tGPU0\tGPU1\tmlx5_0\tCPU Affinity\n"
+              "GPU0\t X \tSOC\tPHB\t0-9,20-29\nGPU1\tSOC\t X \tSOC\t10-19,30-39\nmlx5_0\tPHB\tSOC\t X \t\n")
+
+
+def _matrix_text(n, code, sep="\t", ansi=False):
+    head = sep + sep.join([f"GPU{i}" for i in range(n)] + ["CPU Affinity", "NUMA Affinity"])
+    if ansi:
+        head = "\x1b[1m\x1b[4m" + head + "\x1b[0m"
+    rows = [sep.join([f"GPU{i}"] + [" X " if i == j else code for j in range(n)] + ["0-7", "0"]) for i in range(n)]
+    return "\n".join([head] + rows) + "\n"
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_every_sample_parses_into_a_consistent_topology(name):
+    topo = tp.load_sample(name)
+    n = len(topo.gpus)
+    assert 2 <= n <= 16
+    assert topo.gpus == tuple(f"GPU{i}" for i in range(n))
+    assert len(topo.cpu_affinity) == len(topo.numa_affinity) == len(topo.gpu_numa_id) == n
+    assert all(topo.cpu_affinity), "every GPU row carries its CPU affinity"
+    for a, b in itertools.product(topo.devices, repeat=2):
+        assert (topo.link(a, b) == "X") == (a == b)
+        assert topo.link(a, b) == topo.link(b, a)
+    assert len(tp.pair_paths(topo)) == n * (n - 1) // 2
+    assert name in set(tp.sample_facts().name), "each sample has a row in samples.csv"
+
+
+def test_required_samples_are_shipped():
+    codes = {name: {p.code for p in tp.pair_paths(tp.load_sample(name))} for name in SAMPLES}
+    assert any(c == {"SYS"} for c in codes.values())
+    assert any(c == {"PHB"} for c in codes.values())
+    assert any(c == {"NV4"} for c in codes.values())
+    assert codes["eight_gpu_nvswitch_dgx_h100"] == {"NV18"}
+    assert {"PIX", "PXB", "NODE", "SYS"} <= codes["eight_gpu_pcie_switches"]
+    assert len(tp.load_sample("sixteen_gpu_nvswitch_dgx2").gpus) == 16
+    assert len(tp.load_sample("eight_gpu_nvswitch_dgx_h100").nics) == 10
+    assert (tp.SAMPLES_DIR / "README.md").exists()
+
+
+def test_tabs_with_empty_cells():
+    topo = tp.parse_topology(TWO_TABS)
+    assert topo.link(0, 1) == "PHB"
+    assert topo.cpu_affinity == ("0-63", "0-63")
+    assert topo.numa_affinity == ("0", "0")
+    assert topo.gpu_numa_id == (None, None)
+    assert topo.attributes == ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+
+
+def test_spaces_legend_and_no_gpu_numa_column():
+    topo = tp.parse_topology(TWO_SPACES)
+    assert topo.gpu_links() == {"GPU0": {"GPU1": "NV4"}, "GPU1": {"GPU0": "NV4"}}
+    assert topo.gpu_numa_id == (None, None)
+
+
+def test_ansi_codes_and_sixteen_gpus_are_read():
+    topo = tp.parse_topology(_matrix_text(16, "NV12", sep="   ", ansi=True))
+    assert len(topo.gpus) == 16 and topo.link(3, 15) == "NV12"
+    assert tp.strip_ansi("\x1b[4mGPU0\x1b[0m") == "GPU0"
+
+
+def test_old_driver_nic_columns_soc_and_preamble():
+    topo = tp.parse_topology(OLD_DRIVER)
+    assert topo.nics == ("mlx5_0",)
+    assert topo.link("GPU0", "mlx5_0") == "PHB"
+    assert topo.numa_affinity == (None, None)
+    assert tp.pair_path(topo, 0, 1).path_class == tp.classify("SYS")[1]
+
+
+def test_nic_rows_and_legend():
+    topo = tp.load_sample("eight_gpu_nvswitch_dgx_h100")
+    assert topo.nic_name("NIC3") == "mlx5_3"
+    assert topo.link("GPU0", "NIC3") == "PIX"
+    assert tp.summary(topo)["nics"]["NIC9"] == "mlx5_9"
+
+
+def test_missing_nic_rows_are_read_from_columns():
+    text = "\tGPU0\tGPU1\tNIC0\tCPU Affinity\nGPU0\t X \tPIX\tPIX\t0-3\nGPU1\tPIX\t X \tPXB\t0-3\n"
+    topo = tp.parse_topology(text)
+    assert topo.link("NIC0", "GPU1") == "PXB"
+
+
+@pytest.mark.parametrize("text, line_no, words", [
+    ("hello\nworld\n", None, "no header line"),
+    (TWO_TABS.replace("PHB\t X", "FOO\t X"), 3, "unknown link code 'FOO'"),
+    (TWO_TABS.replace("GPU1\tPHB\t X \t0-63\t0\t\tN/A", "GPU1\tPHB"), 3, "1 link cell(s)"),
+    (TWO_TABS.replace("GPU1\tPHB\t X \t0-63\t0\t\tN/A", "GPU7\tPHB\t X "), 3, "row 'GPU7'"),
+    (TWO_TABS.replace("GPU1\tPHB\t X \t0-63\t0\t\tN/A\n", ""), 3, "ends before the row(s) of ['GPU1']"),
+    (TWO_TABS.replace("GPU1\tPHB\t X", "GPU1\tSYS\t X"), 3, "must be symmetric"),
+    (TWO_TABS.replace("GPU0\t X \tPHB", "GPU0\tPHB\tPHB"), 2, "against itself"),
+    (TWO_TABS.replace("\t0-63\t0\t\tN/A\nGPU1", "\t0-63\t0\tN/A\t7\t8\nGPU1"), 2, "after the link columns"),
+    ("\tGPU1\tGPU0\nGPU1\t X \tPHB\nGPU0\tPHB\t X \n", 1, "in order"),
+    ("\tGPU0\tGPU1\tBogus Column\nGPU0\t X \tPHB\nGPU1\tPHB\t X \n", 1, "header column"),
+])
+def test_malformed_text_names_the_line(text, line_no, words):
+    with pytest.raises(tp.TopologyParseError) as info:
+        tp.parse_topology(text)
+    assert words in str(info.value)
+    assert info.value.line_no == line_no
+    if line_no is not None:
+        assert f"line {line_no}:" in str(info.value)
+    assert isinstance(info.value, LabInputError)
+
+
+def test_classification_orders_paths_fastest_first():
+    ranks = [tp.classify(c)[0] for c in ("NV2", "PIX", "PXB", "PHB", "NODE", "SYS")]
+    assert ranks == sorted(ranks, reverse=True)
+    assert tp.classify("NV18")[0] > tp.classify("NV4")[0]
+    assert tp.classify("NV18")[3] == 18
+    assert tp.classify("SOC") == tp.classify("SYS")
+    assert all(tp.classify(c)[2] for c in tp.PATHS)
+    with pytest.raises(LabInputError):
+        tp.classify("X")
+
+
+def test_expected_ranges_come_from_the_table():
+    assert tp.expected_figure("PIX", 4) == pcie_figure(4)
+    assert tp.expected_figure("NV18").name == "NVLink 4 (H100 SXM)"
+    sys5 = tp.expected_figure("SYS", 5)
+    assert sys5.low_GBps == pytest.approx(link_figure("PCIe 5.0 x16 across sockets (SYS)").low_GBps)
+    assert sys5.high_GBps == pcie_figure(5).low_GBps
+    sys3 = tp.expected_figure("SYS", 3)
+    assert sys3.low_GBps == pytest.approx(15.75 * 22 / 63, abs=0.01)
+    for code in ("PIX", "PXB", "PHB", "NODE", "SYS", "NV4", "NV7"):
+        fig = tp.expected_figure(code)
+        assert 0 < fig.low_GBps <= fig.high_GBps
+
+
+def test_link_table_rows_and_helpers():
+    table = load_link_table()
+    assert {"name", "path_class", "low_GBps", "high_GBps", "kind", "source"} <= set(table.columns)
+    assert set(table.kind) <= {"specification", "measured busbw"}
+    assert table.source.str.len().min() > 10, "every row says where its figure comes from"
+    assert (table.low_GBps <= table.high_GBps).all()
+    for name in ("PCIe 3.0 x16", "PCIe 4.0 x16", "PCIe 5.0 x16", "NVLink 3 (A100 SXM)", "NVLink 4 (H100 SXM)",
+                 "NVLink bridge (pair)", "InfiniBand EDR", "InfiniBand HDR", "InfiniBand NDR", "Ethernet 100 GbE"):
+        assert link_figure(name).high_GBps > 0
+    assert nvlink_figure(4).name == "NVLink bridge (pair)"
+    scaled = nvlink_figure(8)
+    assert scaled.low_GBps == pytest.approx(8 * 14.0625) and scaled.high_GBps == pytest.approx(8 * 25)
+    with pytest.raises(LabInputError):
+        pcie_figure(6)
+
+
+def test_pair_choice_prefers_the_fastest_path_and_names_the_slowest():
+    topo = tp.load_sample("eight_gpu_pcie_switches")
+    pick = tp.choose_pair(topo)
+    assert (pick.best.a, pick.best.b, pick.best.code) == ("GPU0", "GPU1", "PIX")
+    assert pick.worst.code == "SYS" and "Avoid" in pick.reason
+    assert tp.choose_pair(topo, among=[2, 3, 6]).best.code == "PXB"
+    assert tp.group_bottleneck(topo, [0, 1, 2, 3]).code == "NODE"
+    assert tp.group_bottleneck(topo, [0, 1, 4, 5]).code == "SYS"
+    assert tp.group_bottleneck(tp.load_sample("eight_gpu_nvswitch_dgx_h100"), range(8)).code == "NV18"
+    with pytest.raises(LabInputError):
+        tp.choose_pair(topo, among=[1])
+    with pytest.raises(LabInputError):
+        tp.choose_pair(topo, among=[0, 9])
+
+
+def test_exercise_checker_answers_with_hints():
+    wrong = tp.check_pair_choice("eight_gpu_pcie_switches", (0, 4))
+    assert wrong.startswith("Not yet") and "SYS" in wrong and "GPU0-GPU1" not in wrong
+    right = tp.check_pair_choice("eight_gpu_pcie_switches", (5, 4))
+    assert right.startswith("Good pair") and "estimate" in right
+    assert "sound" in tp.check_pair_choice("eight_gpu_pcie_switches", (0, 1), 25)
+    assert "cannot beat the wire" in tp.check_pair_choice("eight_gpu_pcie_switches", (0, 1), 80)
+    assert "pessimistic" in tp.check_pair_choice("eight_gpu_pcie_switches", (0, 1), 2)
+    assert "Good pair" in tp.check_pair_choice("two_gpu_sys", ("GPU0", "GPU1"), 22)
+    assert tp.check_pair_choice("two_gpu_sys", (0, 0)).startswith("Not yet")
+    assert tp.check_pair_choice("two_gpu_sys", (0, 5)).startswith("Not yet")
+
+
+def test_summary_json_shape():
+    out = tp.summary(tp.load_sample("two_gpu_phb"), pcie_gen=4)
+    assert out["gpus"] == ["GPU0", "GPU1"]
+    assert out["links"] == {"GPU0": {"GPU1": "PHB"}, "GPU1": {"GPU0": "PHB"}}
+    assert out["cpu_affinity"] == {"GPU0": "0-15", "GPU1": "0-15"}
+    pair = out["pairs"][0]
+    assert pair["class"] == "through the host bridge"
+    assert (pair["expected_low_GBps"], pair["expected_high_GBps"]) == (24, 31.5)
+    assert out["best_pair"]["gpus"] == ["GPU0", "GPU1"]
+    text = tp.describe(tp.load_sample("two_gpu_phb"))
+    assert "GPU0-GPU1" in text and "PHB" in text
+
+
+def test_nvml_and_peer_access_answer_without_a_gpu():
+    from labutils.copies import peer_access_matrix
+
+    facts, why = tp.nvml_facts()
+    if not torch.cuda.is_available():
+        assert facts == [] and why
+        assert peer_access_matrix() is None
+    assert tp.pcie_gen_of([]) == tp.DEFAULT_PCIE_GEN
+
+
+def test_host_copy_measures_a_positive_bandwidth():
+    from labutils.copies import measure_copies
+
+    frame = measure_copies(1 << 20, iters=2, progress=False)
+    assert (frame.GBps > 0).all() and (frame.size_bytes == 1 << 20).all()
+    if not torch.cuda.is_available():
+        assert list(frame.kind) == ["host"]
+
+
+@NEEDS_GPU
+def test_gpu_copies_and_peer_matrix():
+    from labutils.copies import h2d_d2h, peer_access_matrix
+
+    results = h2d_d2h(0, 16 << 20, iters=3)
+    assert [r.kind for r in results] == ["H2D", "D2H"] and all(r.GBps > 0.1 for r in results)
+    peers = peer_access_matrix()
+    assert peers.shape == (torch.cuda.device_count(),) * 2 and peers.values.diagonal().all()
+
+
+def test_single_gpu_output_has_no_pairs():
+    text = "\x1b[4m\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\nGPU0\t X \t0-15\t0\t\tN/A\n\nLegend:\n"
+    topo = tp.parse_topology(text)
+    assert topo.gpus == ("GPU0",) and tp.pair_paths(topo) == []
+    out = tp.summary(topo)
+    assert "best_pair" not in out and out["cpu_affinity"] == {"GPU0": "0-15"}
+    assert "1 GPU(s)" in tp.describe(topo)
+
+
+def test_heatmap_draws_one_cell_per_gpu_pair():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from labutils.plots import topology_heatmap
+
+    ax = topology_heatmap(tp.load_sample("eight_gpu_pcie_switches"))
+    assert len(ax.texts) == 64 and len(ax.get_xticks()) == 8
+    assert len(ax.get_legend().get_texts()) == 4  # PIX, PXB, NODE, SYS
