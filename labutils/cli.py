@@ -15,7 +15,13 @@ from labutils.validate import LabInputError
 
 # Modules that contribute subcommands, in the order `--help` lists them.
 COMMAND_MODULES = [
+    "labutils.budget",
     "labutils.runner",
+    "labutils.collectives",
+    "labutils.nccl_tests",
+    "labutils.machine",
+    "labutils.topology",
+    "labutils.tensor_parallel",
 ]
 
 

@@ -1,0 +1,434 @@
+"""The two-device time budget: when does splitting one operation over two devices pay?
+
+One device takes T1 = S + C: S ms that cannot be split, C ms that can. Two devices take
+T2 = S + C/(2η) + H, where η in (0, 1] is how efficiently each half runs and
+H = Q·(ℓ + V/B) is the communication: Q serialised exchanges, each with startup ℓ ms and
+V bytes over an effective bandwidth B in decimal GB/s (V/B in ms is V / (B·1e6)).
+
+Every function takes numbers or numpy arrays (broadcast together) and returns a float or an
+array. Times are in ms, V in bytes, B in decimal GB/s. Where no value can make splitting pay the
+answer is "never": math.inf, with the reason in `Budget.notes`. Invalid input raises
+LabInputError naming the parameter, the value and the allowed range.
+
+This is a model with stated assumptions (equal exchanges, no overlap, no competing traffic,
+no queue); its numbers are arithmetic, not measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from labutils.validate import LabInputError, check_range
+
+# The article's base case: 12 ms of divisible work, four 2 MB exchanges over 10 GB/s.
+BASE_CASE = {"S_ms": 0.8, "C_ms": 12.0, "eta": 0.8, "Q": 4, "latency_ms": 0.03,
+             "volume_bytes": 2_000_000, "bandwidth_GBps": 10.0}
+PARAMETERS = tuple(BASE_CASE)
+CASES_FILE = Path(__file__).resolve().parent.parent / "data" / "budget_cases.json"
+
+_TIME = {"low": 0.0, "high": math.inf, "high_open": True, "unit": "ms"}
+_RANGES = {
+    "S_ms": _TIME,
+    "C_ms": _TIME,
+    "latency_ms": _TIME,
+    "eta": {"low": 0.0, "high": 1.0, "low_open": True},
+    "Q": {"low": 0.0, "high": math.inf, "high_open": True, "unit": "communications"},
+    "volume_bytes": {"low": 0.0, "high": math.inf, "high_open": True, "unit": "bytes"},
+    # an infinite bandwidth is allowed: it shows what the startup costs alone do
+    "bandwidth_GBps": {"low": 0.0, "low_open": True, "unit": "GB/s (decimal)"},
+}
+_LINK_PARAMS = ("eta", "Q", "latency_ms", "volume_bytes", "bandwidth_GBps")
+RESULT_FIELDS = ("t_one_ms", "t_two_ms", "comm_ms", "speedup", "efficiency", "break_even_C_ms",
+                 "min_bandwidth_GBps", "min_eta", "overlap_bound_ms")
+
+
+def check_inputs(**params) -> None:
+    """Raise LabInputError for the first parameter outside its range (see module docstring)."""
+    for name, value in params.items():
+        check_range(name, value, **_RANGES[name])
+
+
+def _a(x) -> np.ndarray:
+    return np.asarray(x, dtype=float)
+
+
+def _out(x):
+    x = np.asarray(x, dtype=float)
+    return float(x) if x.ndim == 0 else x
+
+
+# --- the formulas, unchecked (inputs already validated) ---
+
+def _comm(Q, latency_ms, volume_bytes, bandwidth_GBps):
+    return _a(Q) * (_a(latency_ms) + _a(volume_bytes) / (_a(bandwidth_GBps) * 1e6))
+
+
+def _saved_fraction(eta):
+    return 1.0 - 1.0 / (2.0 * _a(eta))
+
+
+def _break_even(eta, H):
+    frac = _saved_fraction(eta)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(frac > 0, _a(H) / np.where(frac > 0, frac, 1.0), math.inf)
+
+
+def _min_bandwidth(C_ms, eta, Q, latency_ms, volume_bytes):
+    saving = _a(C_ms) * _saved_fraction(eta)
+    startup = _a(Q) * _a(latency_ms)
+    possible = saving > startup
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        window = np.where(_a(Q) > 0, (saving - startup) / np.where(_a(Q) > 0, _a(Q), 1.0), math.inf)
+        need = np.where(_a(volume_bytes) > 0, _a(volume_bytes) / (window * 1e6), 0.0)
+    return np.where(possible, need, math.inf)
+
+
+def _min_eta(C_ms, H):
+    C, H = np.broadcast_arrays(_a(C_ms), _a(H))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(C > H, C / (2.0 * np.where(C > H, C - H, 1.0)), math.inf)
+
+
+# --- the public functions ---
+
+def comm_ms(Q, latency_ms, volume_bytes, bandwidth_GBps):
+    """H = Q·(ℓ + V/B) in ms, with V/B = V / (B·1e6) ms for V bytes at B decimal GB/s."""
+    check_inputs(Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
+    return _out(_comm(Q, latency_ms, volume_bytes, bandwidth_GBps))
+
+
+def t_one_ms(S_ms, C_ms):
+    """One device: T1 = S + C (ms)."""
+    check_inputs(S_ms=S_ms, C_ms=C_ms)
+    return _out(_a(S_ms) + _a(C_ms))
+
+
+def t_two_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
+    """Two devices, no overlap: T2 = S + C/(2η) + Q·(ℓ + V/B) (ms)."""
+    check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
+                 volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
+    return _out(_a(S_ms) + _a(C_ms) / (2 * _a(eta)) + _comm(Q, latency_ms, volume_bytes, bandwidth_GBps))
+
+
+def overlap_bound_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
+    """Optimistic lower bound with perfect overlap: S + max(C/(2η), H) (ms). Not a prediction."""
+    check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
+                 volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
+    H = _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)
+    return _out(_a(S_ms) + np.maximum(_a(C_ms) / (2 * _a(eta)), H))
+
+
+def saved_fraction(eta):
+    """The share of C that splitting saves before communication: 1 − 1/(2η) (0.375 at η = 0.8)."""
+    check_inputs(eta=eta)
+    return _out(_saved_fraction(eta))
+
+
+def break_even_C_ms(eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
+    """Divisible compute at which T2 == T1: H / (1 − 1/(2η)) ms; splitting pays above it.
+
+    math.inf ("never") when η ≤ 0.5: the halves then save no time at all.
+    """
+    check_inputs(eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
+    return _out(_break_even(eta, _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)))
+
+
+def transfer_window_ms(C_ms, eta, Q, latency_ms):
+    """D = C·(1 − 1/(2η))/Q − ℓ: the time each transfer may take after its startup (ms).
+
+    Splitting pays when V/B < D. Q = 0 gives math.inf (nothing to transfer).
+    """
+    check_inputs(C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        window = _a(C_ms) * _saved_fraction(eta) / _a(Q) - _a(latency_ms)
+    return _out(np.where(_a(Q) > 0, window, math.inf))
+
+
+def min_bandwidth_GBps(C_ms, eta, Q, latency_ms, volume_bytes):
+    """Smallest effective bandwidth that makes splitting pay: V/D, in decimal GB/s.
+
+    0 when no bytes travel (or Q = 0) and the saving beats the startups; math.inf ("never") when
+    D ≤ 0: the startups alone use up the compute saved, or η ≤ 0.5.
+    """
+    check_inputs(C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes)
+    return _out(_min_bandwidth(C_ms, eta, Q, latency_ms, volume_bytes))
+
+
+def min_eta(C_ms, Q, latency_ms, volume_bytes, bandwidth_GBps):
+    """Smallest local efficiency that makes splitting pay: C / (2(C − H)).
+
+    math.inf ("never") when C ≤ H. A value above 1 is impossible, since η ≤ 1.
+    """
+    check_inputs(C_ms=C_ms, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
+    return _out(_min_eta(C_ms, _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Every figure of the budget for one set of inputs (floats, or arrays when an input was one).
+
+    `notes` maps a field name to the reason why it is "never" (math.inf) or impossible.
+    `efficiency` is speedup / 2 (time against resource count, not energy).
+    """
+
+    t_one_ms: float | np.ndarray
+    t_two_ms: float | np.ndarray
+    comm_ms: float | np.ndarray
+    speedup: float | np.ndarray
+    efficiency: float | np.ndarray
+    break_even_C_ms: float | np.ndarray
+    min_bandwidth_GBps: float | np.ndarray
+    min_eta: float | np.ndarray
+    overlap_bound_ms: float | np.ndarray
+    notes: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        """Plain numbers (lists for arrays); infinities stay math.inf."""
+        out = {}
+        for name in RESULT_FIELDS:
+            value = getattr(self, name)
+            out[name] = value.tolist() if isinstance(value, np.ndarray) else value
+        out["notes"] = dict(self.notes)
+        return out
+
+
+_ETA_REASON = ("with eta <= 0.5 the two halves take at least as long as the whole (C/(2 eta) >= C), "
+               "so no compute is saved to pay for the communication")
+
+
+def _reason(mask, total: int, scalar_text: str, array_text: str) -> str | None:
+    count = int(np.count_nonzero(mask))
+    if not count:
+        return None
+    return f"never: {scalar_text}" if total == 1 else f"never at {count} of {total} points: {array_text}"
+
+
+def _notes(C, eta, Q, latency, H, min_b, min_e) -> dict:
+    """Human reasons for every "never" (and for a minimum η above 1), one line per field."""
+    C, eta, Q, latency, H, min_b, min_e = np.broadcast_arrays(*map(_a, (C, eta, Q, latency, H, min_b, min_e)))
+    total = C.size
+    saving, startup = C * _saved_fraction(eta), Q * latency
+    first = (lambda x: float(x.ravel()[0]))
+    notes = {}
+    low_eta = _saved_fraction(eta) <= 0
+    text = _reason(low_eta, total, _ETA_REASON, _ETA_REASON)
+    if text:
+        notes["break_even_C_ms"] = text
+    startup_bound = np.isinf(min_b) & ~low_eta
+    parts = [p for p in (
+        _reason(low_eta & np.isinf(min_b), total, _ETA_REASON, _ETA_REASON),
+        _reason(startup_bound, total,
+                f"the startups alone (Q*l = {first(startup):.6g} ms) use up the compute saved "
+                f"(C*(1 - 1/(2 eta)) = {first(saving):.6g} ms); no bandwidth is enough",
+                "the startups alone (Q*l) use up the compute saved (C*(1 - 1/(2 eta))); "
+                "no bandwidth is enough")) if p]
+    if parts:
+        notes["min_bandwidth_GBps"] = "; ".join(parts)
+    text = _reason(np.isinf(min_e), total,
+                   f"the communication (H = {first(H):.6g} ms) is at least the whole divisible compute "
+                   f"(C = {first(C):.6g} ms); even perfect halves (eta = 1) cannot pay for it",
+                   "the communication H is at least the divisible compute C; even eta = 1 cannot pay for it")
+    over_one = np.isfinite(min_e) & (min_e > 1)
+    if over_one.any():
+        extra = (f"needs eta > {first(min_e[over_one]):.6g}, impossible since eta <= 1"
+                 if total == 1 else f"impossible (needs eta > 1) at {int(over_one.sum())} of {total} points")
+        text = f"{text}; {extra}" if text else extra
+    if text:
+        notes["min_eta"] = text
+    return notes
+
+
+def evaluate(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps) -> Budget:
+    """The whole budget in one call; inputs may be numbers or arrays (broadcast together)."""
+    check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
+                 volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
+    S, C, eta_a = _a(S_ms), _a(C_ms), _a(eta)
+    H = _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)
+    T1 = S + C
+    T2 = S + C / (2 * eta_a) + H
+    with np.errstate(divide="ignore", invalid="ignore"):
+        speedup = np.where(T2 > 0, T1 / np.where(T2 > 0, T2, 1.0), 1.0)  # no work at all: ratio 1
+    shape = np.broadcast_shapes(S.shape, C.shape, eta_a.shape, H.shape)
+    min_b = _min_bandwidth(C, eta_a, Q, latency_ms, volume_bytes)
+    min_e = _min_eta(C, H)
+    values = {
+        "t_one_ms": T1, "t_two_ms": T2, "comm_ms": H, "speedup": speedup, "efficiency": speedup / 2,
+        "break_even_C_ms": _break_even(eta_a, H), "min_bandwidth_GBps": min_b, "min_eta": min_e,
+        "overlap_bound_ms": S + np.maximum(C / (2 * eta_a), H),
+    }
+    values = {k: _out(np.broadcast_to(v, shape)) if shape else _out(v) for k, v in values.items()}
+    return Budget(**values, notes=_notes(C, eta_a, Q, latency_ms, H, min_b, min_e))
+
+
+def verdict(budget: Budget) -> str:
+    """One plain sentence on a scalar budget: does splitting pay, and by how much?"""
+    t1, t2, be = budget.t_one_ms, budget.t_two_ms, budget.break_even_C_ms
+    if t2 < t1:
+        return (f"Splitting pays: two devices take {t2:.4g} ms instead of {t1:.4g} ms "
+                f"({budget.speedup:.3g}x faster, efficiency {budget.efficiency:.0%}, not 2x).")
+    if t2 == t1:
+        return f"Break-even: both take {t1:.4g} ms; splitting gains nothing."
+    need = ("no amount of compute makes it pay at eta <= 0.5" if math.isinf(be)
+            else f"the divisible compute would have to exceed {be:.4g} ms")
+    return (f"Splitting loses: two devices take {t2:.4g} ms against {t1:.4g} ms on one "
+            f"({t1 / t2:.3g}x); {need}.")
+
+
+# --- the article's worked cases ---
+
+def load_cases(path: str | Path = CASES_FILE) -> list[dict]:
+    """The worked cases of data/budget_cases.json: name, changes, inputs (all seven), printed figures."""
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    return [{**case, "inputs": {**doc["base_case"], **case.get("changes", {})}} for case in doc["cases"]]
+
+
+def case_figures(**inputs) -> dict:
+    """Every figure the article prints for one case: the Budget fields plus the intermediate steps
+    (one transfer's V/B, the split compute C/(2η), the saved share 1 − 1/(2η), and D in seconds)."""
+    figures = evaluate(**inputs).as_dict()
+    figures.pop("notes")
+    figures["transfer_ms"] = comm_ms(1, 0.0, inputs["volume_bytes"], inputs["bandwidth_GBps"])
+    figures["parallel_compute_ms"] = t_two_ms(0.0, inputs["C_ms"], inputs["eta"], 0, 0.0, 0, 1.0)
+    figures["saved_fraction"] = saved_fraction(inputs["eta"])
+    figures["D_s"] = transfer_window_ms(inputs["C_ms"], inputs["eta"], inputs["Q"], inputs["latency_ms"]) / 1e3
+    return figures
+
+
+def cases_table(path: str | Path = CASES_FILE):
+    """The worked cases as a pandas DataFrame: what changed, T1, H, T2, speedup, break-even."""
+    import pandas as pd
+
+    rows = []
+    for case in load_cases(path):
+        b = evaluate(**case["inputs"])
+        rows.append({"case": case["name"],
+                     "change": ", ".join(f"{k}={v:g}" for k, v in case.get("changes", {}).items()) or "-",
+                     "T1 (ms)": b.t_one_ms, "H (ms)": b.comm_ms, "T2 (ms)": b.t_two_ms,
+                     "speedup": b.speedup, "break-even C (ms)": b.break_even_C_ms,
+                     "article prints": ", ".join(f"{k} {v}" for k, v in case["printed"].items())})
+    return pd.DataFrame(rows).set_index("case")
+
+
+# --- exercises ---
+
+def _hint(answer, correct: float, mistakes: list[tuple[float, str]], unit: str, how: str) -> str:
+    if answer is None:
+        return f"Replace None with your answer in {unit}. Hint: {how}"
+    try:
+        answer = float(answer)
+    except (TypeError, ValueError):
+        return f"Give a number in {unit} (math.inf for never), not {answer!r}."
+
+    def close(a, b):
+        return (math.isinf(a) and math.isinf(b)) or (math.isfinite(a) and math.isfinite(b)
+                                                     and abs(a - b) <= 0.005 * max(abs(b), 1e-9))
+
+    if close(answer, correct):
+        return f"Right: {correct:.6g} {unit}."
+    if math.isinf(correct):
+        return f"Not quite: here no finite value works, the answer is never (math.inf). {how}"
+    for value, text in mistakes:
+        if close(answer, value):
+            return f"Not yet: {text}"
+    return f"Not yet ({answer:.6g} {unit}). {how}"
+
+
+def check_break_even(answer_ms, *, eta=0.8, Q=4, latency_ms=0.03, volume_bytes=2_000_000,
+                     bandwidth_GBps=10.0) -> str:
+    """Check a break-even C (ms) for these inputs; the reply names the likely slip as a hint."""
+    H = comm_ms(Q, latency_ms, volume_bytes, bandwidth_GBps)
+    frac = saved_fraction(eta)
+    mistakes = [(H, "that is H, the communication; divide it by the share of C that splitting saves, "
+                    "1 - 1/(2 eta)."),
+                (H * frac, "you multiplied H by 1 - 1/(2 eta); divide instead."),
+                (break_even_C_ms(eta, Q, 0.0, volume_bytes, bandwidth_GBps),
+                 "you left out the startup cost l of each exchange."),
+                (break_even_C_ms(*(BASE_CASE[k] for k in _LINK_PARAMS)),
+                 "that is the base case; recompute H with this exercise's Q, V and B.")]
+    how = "compute H = Q*(l + V/(B*1e6)) ms first, then C* = H / (1 - 1/(2 eta))."
+    return _hint(answer_ms, break_even_C_ms(eta, Q, latency_ms, volume_bytes, bandwidth_GBps),
+                 mistakes, "ms", how)
+
+
+def check_min_bandwidth(answer_GBps, *, C_ms=12.0, eta=0.8, Q=4, latency_ms=0.03,
+                        volume_bytes=2_000_000) -> str:
+    """Check a minimum bandwidth (decimal GB/s) for these inputs; the reply hints at the slip."""
+    correct = min_bandwidth_GBps(C_ms, eta, Q, latency_ms, volume_bytes)
+    saving = C_ms * saved_fraction(eta)
+    mistakes = [(min_bandwidth_GBps(C_ms, eta, Q, 0.0, volume_bytes),
+                 "you left out the startup: D = C*(1 - 1/(2 eta))/Q - l."),
+                (volume_bytes / ((saving - latency_ms) * 1e6) if saving > latency_ms else math.nan,
+                 "share the saving among the Q exchanges: divide C*(1 - 1/(2 eta)) by Q before subtracting l."),
+                (correct * 1e3, "check the units: D is in ms, so V/D is bytes per ms; "
+                                "bytes/ms / 1e6 = GB/s."),
+                (correct / 1e3, "check the units: bytes per ms / 1e6 gives GB/s.")]
+    how = "D = C*(1 - 1/(2 eta))/Q - l (ms), then B = V / (D*1e6) GB/s; never if D <= 0."
+    return _hint(answer_GBps, correct, mistakes, "GB/s", how)
+
+
+# --- the command line ---
+
+_FLAGS = {"S_ms": "--S-ms", "C_ms": "--C-ms", "eta": "--eta", "Q": "--Q", "latency_ms": "--latency-ms",
+          "volume_bytes": "--volume-bytes", "bandwidth_GBps": "--bandwidth-GBps"}
+_HELP = {"S_ms": "serial time that cannot be split (ms)", "C_ms": "divisible compute on one device (ms)",
+         "eta": "local efficiency of each half, in (0, 1]", "Q": "serialised communications",
+         "latency_ms": "startup cost of each communication (ms)",
+         "volume_bytes": "bytes on the critical path of each communication",
+         "bandwidth_GBps": "effective bandwidth (decimal GB/s)"}
+_LABELS = {"t_one_ms": ("one device, T1", "ms"), "t_two_ms": ("two devices, T2", "ms"),
+           "comm_ms": ("communication, H", "ms"), "speedup": ("speedup T1/T2", "x"),
+           "efficiency": ("two-device efficiency", ""), "break_even_C_ms": ("break-even C", "ms"),
+           "min_bandwidth_GBps": ("minimum bandwidth", "GB/s"), "min_eta": ("minimum eta", ""),
+           "overlap_bound_ms": ("overlap lower bound", "ms")}
+
+
+def _number(name: str, text) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise LabInputError(f"{name}={text!r} is not a number ({_FLAGS[name]})") from None
+
+
+def format_table(params: dict, budget: Budget) -> str:
+    """The readable report printed by `python -m labutils budget`."""
+    shown = ", ".join(f"{name}={params[name]:.10g}" for name in PARAMETERS)
+    lines = ["Two-device time budget (a model, not a measurement)", f"inputs: {shown}", ""]
+    for name in RESULT_FIELDS:
+        label, unit = _LABELS[name]
+        value = getattr(budget, name)
+        text = "never" if math.isinf(value) else f"{value:.6g} {unit}"
+        lines.append(f"  {label:<24} {text}".rstrip())
+    lines += ["", verdict(budget)]
+    lines += [f"note ({k}): {v}" for k, v in budget.notes.items()]
+    return "\n".join(lines)
+
+
+def _cli(args) -> int:
+    from labutils.results import to_json
+
+    params = {name: _number(name, getattr(args, name)) if getattr(args, name) is not None else BASE_CASE[name]
+              for name in PARAMETERS}
+    try:
+        budget = evaluate(**params)
+    except LabInputError as exc:
+        name = str(exc).split("=", 1)[0]
+        raise LabInputError(f"{exc} ({_FLAGS[name]})" if name in _FLAGS else str(exc)) from None
+    print(to_json(budget.as_dict()) if args.json else format_table(params, budget))
+    return 0
+
+
+def add_cli(sub) -> None:
+    """`python -m labutils budget [--S-ms ...] [--json]` (defaults: the article's base case)."""
+    parser = sub.add_parser("budget", help="the two-device time budget: T1, T2, speedup, break-even",
+                            description="Evaluate the two-device time budget. Defaults are the article's "
+                                        "base case; a 'never' is printed as never (null in JSON).")
+    for name, flag in _FLAGS.items():
+        parser.add_argument(flag, dest=name, metavar="X", default=None,
+                            help=f"{_HELP[name]} [base case: {BASE_CASE[name]:g}]")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.set_defaults(func=_cli)

@@ -1,0 +1,742 @@
+"""Data-parallel training: one real training step on 1 and N ranks, where its time goes, and its prediction.
+
+The step is a small MLP (`depth` square Linear layers of `width`, ReLU between) on a synthetic
+regression batch, trained with plain SGD. Its gradient is `4 * params` bytes (float32), so the
+width sets the size of the all-reduce: `mlp_for_gradient_bytes(64 * 2**20)` builds a 64 MiB one.
+
+Three ways to run it, all through `labutils.launch` with `train_worker` on every rank:
+
+- "single":     one rank, no communication: the baseline.
+- "ddp":        N ranks, torch DistributedDataParallel. Gradients are all-reduced in buckets
+                (`bucket_cap_mb`) *during* backward, so communication can hide behind compute.
+- "no_overlap": N ranks, DDP's hooks silenced with `no_sync()`; after backward one all-reduce of
+                all gradients (a flat buffer the gradients live in). Nothing can hide.
+
+Per step: forward, backward, all-reduce and optimizer time (CUDA events on GPU, perf_counter
+after a barrier on CPU), the whole step, and the exposed communication: the all-reduce itself
+for "no_overlap" (after a barrier timed apart as `wait_ms`: waiting for the slowest rank); for
+"ddp", backward minus a backward without sync measured in the same run (waiting included).
+Warm-up steps are not timed; rank 0 fixes the step count for all; configurations of one launch
+are timed in interleaved rounds; `summarize` gives the median and p10/p90 over steps. Every
+rank, the one-rank baseline too, runs one CPU thread (`THREADS_PER_RANK`, see `measure`).
+
+Prediction (times in ms, bytes, decimal GB/s): compute from the one-rank step,
+comm_ms = buckets * alpha_us / 1e3 + 2(N-1)/N * grad_bytes / (busbw_GBps * 1e6), then
+no overlap = compute + comm (the sum bound) and ideal overlap = forward + optimizer +
+max(backward, comm) (the max bound: only backward can hide communication).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from labutils.units import format_size
+from labutils.validate import LabInputError, check_choice, check_int, check_range
+
+MODES = ("single", "ddp", "no_overlap")
+SECTIONS = ("forward_ms", "backward_ms", "wait_ms", "allreduce_ms", "optimizer_ms")
+FIRST_BUCKET_MB = 1.0  # DDP puts the last layers' gradients into a small first bucket (1 MiB)
+BYTES_PER_PARAM = 4  # float32
+
+
+# --- the model and its gradient size ---------------------------------------------------------
+
+def mlp_param_count(width: int, depth: int) -> int:
+    """Parameters of `depth` Linear(width, width) layers with bias: depth * (width^2 + width)."""
+    return depth * (width * width + width)
+
+
+def mlp_gradient_bytes(width: int, depth: int) -> int:
+    """Bytes all-reduced per step: 4 bytes per float32 parameter."""
+    return BYTES_PER_PARAM * mlp_param_count(width, depth)
+
+
+def mlp_for_gradient_bytes(target_bytes: float, depth: int = 4) -> int:
+    """The width whose MLP of `depth` layers has a gradient closest to `target_bytes` (at least 8)."""
+    check_range("target_bytes", target_bytes, low=1024, high=2**34, unit="bytes")
+    depth = check_int("depth", depth, low=1, high=64)
+    per_layer = target_bytes / BYTES_PER_PARAM / depth  # w^2 + w = per_layer
+    width = (-1 + math.sqrt(1 + 4 * per_layer)) / 2
+    return max(8, int(round(width)))
+
+
+def build_mlp(width: int, depth: int, seed: int = 0):
+    """The MLP, initialised from `seed` (every rank builds the same one)."""
+    import torch
+
+    torch.manual_seed(seed)
+    layers = []
+    for i in range(depth):
+        layers.append(torch.nn.Linear(width, width))
+        if i < depth - 1:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def synthetic_batch(global_batch: int, width: int, seed: int = 1):
+    """A fixed regression batch (inputs, targets) of `global_batch` rows, the same on every rank."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(global_batch, width, generator=gen)
+    y = torch.randn(global_batch, width, generator=gen)
+    return x, y
+
+
+def rank_slice(global_batch: int, rank: int, world_size: int) -> slice:
+    """Rank `rank`'s rows of the global batch; the batch must split evenly."""
+    if global_batch % world_size:
+        raise LabInputError(f"global_batch={global_batch} does not split evenly over {world_size} ranks")
+    per_rank = global_batch // world_size
+    return slice(rank * per_rank, (rank + 1) * per_rank)
+
+
+def ddp_bucket_count(param_bytes: list[int], bucket_cap_mb: float, first_bucket_mb: float = FIRST_BUCKET_MB) -> int:
+    """How many all-reduces DDP issues per step: parameters in reverse order, packed greedily.
+
+    The first bucket closes at `first_bucket_mb` MiB, later ones at `bucket_cap_mb` MiB; a tensor
+    larger than the cap gets a bucket of its own. (DDP's own packing, without its dtype split.)
+    """
+    check_range("bucket_cap_mb", bucket_cap_mb, low=0, low_open=True, unit="MiB")
+    buckets, filled, cap = 0, 0, first_bucket_mb * 2**20
+    for nbytes in reversed(param_bytes):
+        if filled == 0:
+            buckets += 1
+        filled += nbytes
+        if filled >= cap:
+            filled, cap = 0, bucket_cap_mb * 2**20
+    return buckets
+
+
+def mlp_bucket_count(width: int, depth: int, bucket_cap_mb: float) -> int:
+    """`ddp_bucket_count` for the lab's MLP (weight then bias of each layer)."""
+    sizes = []
+    for _ in range(depth):
+        sizes += [BYTES_PER_PARAM * width * width, BYTES_PER_PARAM * width]
+    return ddp_bucket_count(sizes, bucket_cap_mb)
+
+
+# --- one configuration of the step ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StepConfig:
+    """One measured run: the model, the per-rank batch, the way it runs, and how many steps.
+
+    `steps` timed steps follow `warmup` untimed ones; with `min_time_s` > 0 rank 0 raises
+    `steps` (up to `max_steps`) so the timed part lasts about that long, and tells every rank.
+    """
+
+    width: int
+    depth: int = 4
+    batch_per_rank: int = 32
+    mode: str = "ddp"
+    bucket_cap_mb: float = 25.0
+    steps: int = 10
+    warmup: int = 2
+    min_time_s: float = 0.0
+    max_steps: int = 200
+    lr: float = 1e-3
+    seed: int = 0
+
+    def __post_init__(self):
+        check_choice("mode", self.mode, MODES)
+        check_int("width", self.width, low=1, high=65536)
+        check_int("depth", self.depth, low=1, high=64)
+        check_int("batch_per_rank", self.batch_per_rank, low=1)
+        check_int("steps", self.steps, low=1)
+        check_int("warmup", self.warmup, low=0)
+        check_range("bucket_cap_mb", self.bucket_cap_mb, low=0, low_open=True, unit="MiB")
+        check_range("min_time_s", self.min_time_s, low=0, unit="s")
+
+    @property
+    def gradient_bytes(self) -> int:
+        return mlp_gradient_bytes(self.width, self.depth)
+
+
+def _flat_gradients(model, device: str):
+    """Give every parameter a `.grad` that is a view into one flat buffer, and return the buffer.
+
+    Backward then accumulates straight into the buffer, so one all-reduce of the buffer
+    reduces every gradient without a copy.
+    """
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    flat = torch.zeros(sum(p.numel() for p in params), device=device)
+    offset = 0
+    for p in params:
+        p.grad = flat[offset:offset + p.numel()].view_as(p)
+        offset += p.numel()
+    return flat
+
+
+def _agree_steps(cfg: StepConfig, device: str, warm_step_s: float) -> int:
+    """Rank 0 decides how many steps to time and broadcasts it: every rank runs the same count."""
+    import torch
+    import torch.distributed as dist
+
+    steps = cfg.steps
+    if cfg.min_time_s > 0 and dist.get_rank() == 0:
+        steps = min(cfg.max_steps, max(cfg.steps, math.ceil(cfg.min_time_s / max(warm_step_s, 1e-6))))
+    count = torch.tensor([steps], dtype=torch.int64, device=device)
+    dist.broadcast(count, src=0)
+    return int(count[0])
+
+
+class _Step:
+    """The model, optimizer and this rank's batch for one StepConfig, and the step itself."""
+
+    def __init__(self, cfg: StepConfig, ctx):
+        import torch
+
+        self.cfg, self.device, self.world = cfg, ctx.device, ctx.world_size
+        model = build_mlp(cfg.width, cfg.depth, cfg.seed).to(ctx.device)
+        x, y = synthetic_batch(cfg.batch_per_rank * ctx.world_size, cfg.width, cfg.seed + 1)
+        part = rank_slice(len(x), ctx.rank, ctx.world_size)
+        self.x, self.y = x[part].to(ctx.device), y[part].to(ctx.device)
+        self.flat = _flat_gradients(model, ctx.device) if cfg.mode == "no_overlap" else None
+        if cfg.mode == "single":
+            self.model = model
+        else:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ids = [torch.device(ctx.device).index] if ctx.device.startswith("cuda") else None
+            # DDP: gradients live in its buckets (no copy in or out), as no-overlap's live in the flat buffer
+            self.model = DDP(model, device_ids=ids, bucket_cap_mb=cfg.bucket_cap_mb,
+                             gradient_as_bucket_view=cfg.mode == "ddp")
+        self.opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+        on_gpu = ctx.device.startswith("cuda") and ctx.backend == "nccl"
+        self.barrier_kwargs = {"device_ids": [torch.device(ctx.device).index]} if on_gpu else {}
+        self.params = list(model.parameters())
+
+    def loss(self):
+        import torch
+
+        return torch.nn.functional.mse_loss(self.model(self.x), self.y)
+
+    def run(self, timer) -> None:
+        """One training step; each part inside `timer.section(name)` (`timer` may be None)."""
+        import contextlib
+
+        sec = timer.section if timer else (lambda name: contextlib.nullcontext())
+        self.gradients(sec)
+        with sec("optimizer_ms"):
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=False)  # keep the gradients inside their buffers
+
+    def gradients(self, sec) -> None:
+        """Forward, backward and (DDP inside backward, or after it) the gradient all-reduce."""
+        import contextlib
+
+        import torch.distributed as dist
+
+        quiet = self.model.no_sync() if self.cfg.mode == "no_overlap" else contextlib.nullcontext()
+        with quiet:
+            with sec("forward_ms"):
+                loss = self.loss()
+            with sec("backward_ms"):
+                loss.backward()
+        if self.flat is not None:
+            with sec("wait_ms"):  # for the slowest rank: imbalance, kept apart from moving bytes
+                dist.barrier(**self.barrier_kwargs)
+            with sec("allreduce_ms"):
+                dist.all_reduce(self.flat)
+                self.flat.div_(self.world)
+
+    def backward_without_sync_ms(self) -> float:
+        """Forward + backward under `no_sync()` (no communication); the backward time in ms."""
+        from labutils.timing import SectionTimer
+
+        timer = SectionTimer(self.device)
+        with self.model.no_sync():
+            loss = self.loss()
+            with timer.section("backward"):
+                loss.backward()
+        ms = timer.totals_ms()["backward"]
+        self.opt.zero_grad(set_to_none=False)
+        return ms
+
+
+def _time_one_step(step: _Step, ddp_reference: bool) -> dict:
+    """Time one step after a barrier (synchronised clocks); returns its parts in ms."""
+    from labutils.timing import SectionTimer, barrier
+
+    barrier(step.device)
+    timer = SectionTimer(step.device)
+    with timer.section("step_ms"):
+        step.run(timer)
+    row = {name: 0.0 for name in SECTIONS}
+    row.update(timer.totals_ms())
+    if step.cfg.mode == "no_overlap":
+        row["exposed_comm_ms"] = row["wait_ms"] + row["allreduce_ms"]
+    elif ddp_reference:
+        row["backward_compute_ms"] = step.backward_without_sync_ms()
+        row["exposed_comm_ms"] = max(0.0, row["backward_ms"] - row["backward_compute_ms"])
+    else:
+        row["exposed_comm_ms"] = 0.0 if step.cfg.mode == "single" else math.nan
+    return row
+
+
+def _flat_allreduce_ms(step: _Step, reps: int = 3) -> float:
+    """Median time of one all-reduce of the whole gradient, on this run's link (ms)."""
+    import torch
+    import torch.distributed as dist
+
+    from labutils.timing import time_loop
+
+    buf = torch.zeros(sum(p.numel() for p in step.params), device=step.device)
+    return float(np.median([time_loop(lambda: dist.all_reduce(buf), 1, step.device) for _ in range(reps)]))
+
+
+def _mean_over_ranks(rows: list[dict], device: str) -> list[dict]:
+    """Every rank's per-step rows, averaged over ranks; `step_max_ms` is the slowest rank's step."""
+    import torch
+    import torch.distributed as dist
+
+    keys = sorted(rows[0])
+    dev = device if device.startswith("cuda") else "cpu"
+    t = torch.tensor([[r[k] for k in keys] for r in rows], dtype=torch.float64, device=dev)
+    steps = t[:, keys.index("step_ms")].clone()
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    dist.all_reduce(steps, op=dist.ReduceOp.MAX)
+    t = (t / dist.get_world_size()).cpu().numpy()
+    out = [dict(zip(keys, map(float, vals))) for vals in t]
+    for row, slowest in zip(out, steps.cpu().tolist()):
+        row["step_max_ms"] = float(slowest)
+    return out
+
+
+def _check_world(cfg: StepConfig, world_size: int) -> None:
+    if cfg.mode == "single" and world_size != 1:
+        raise LabInputError(f"mode 'single' runs on one rank, not {world_size}")
+    if cfg.mode != "single" and world_size < 2:
+        raise LabInputError(f"mode {cfg.mode!r} needs at least 2 ranks, got {world_size}")
+
+
+def _warm_up(step: _Step, warmup: int) -> float:
+    """Run `warmup` untimed steps (at least one: DDP settles its buckets in the first); seconds per step."""
+    import time
+
+    from labutils.timing import synchronize
+
+    started = time.perf_counter()
+    for _ in range(max(1, warmup)):
+        step.run(None)
+    synchronize(step.device)
+    return (time.perf_counter() - started) / max(1, warmup)
+
+
+def train_worker(ctx, configs: list[StepConfig], ddp_reference: bool = True, interleave: bool = True) -> list[dict]:
+    """Run the StepConfigs on this rank; return one row per timed step (means over ranks).
+
+    With `interleave`, all configurations are built and warmed up first, then timed in rounds
+    (one step of each per round), so a change in the machine's load touches them all alike;
+    else one after the other. Every rank makes the same collective calls in the same order:
+    step counts come from rank 0, each step starts after a barrier, rows are averaged at the end.
+    """
+    rows = []
+    groups = [list(enumerate(configs))] if interleave else [[pair] for pair in enumerate(configs)]
+    for group in groups:
+        steps, counts = {}, {}
+        for index, cfg in group:
+            _check_world(cfg, ctx.world_size)
+            steps[index] = _Step(cfg, ctx)
+            counts[index] = _agree_steps(cfg, ctx.device, _warm_up(steps[index], cfg.warmup))
+        timed = {index: [] for index in steps}
+        for r in range(max(counts.values())):
+            for index, step in steps.items():
+                if r < counts[index]:
+                    timed[index].append(_time_one_step(step, ddp_reference and step.cfg.mode == "ddp"))
+            ctx.report({"round": r + 1, "of": max(counts.values())})
+        for index, step in steps.items():
+            rows += _finish_rows(step, _mean_over_ranks(timed[index], ctx.device), index, ctx)
+    return rows
+
+
+def _finish_rows(step: _Step, timed: list[dict], index: int, ctx) -> list[dict]:
+    """Label one configuration's rows with its settings; `other_ms` makes the parts add up."""
+    cfg = step.cfg
+    flat_ms = _flat_allreduce_ms(step) if cfg.mode == "ddp" else math.nan
+    for i, row in enumerate(timed):
+        row.update(asdict(cfg), run=index, step=i, world_size=ctx.world_size, backend=ctx.backend,
+                   device=ctx.device.split(":")[0], gradient_bytes=cfg.gradient_bytes,
+                   global_batch=cfg.batch_per_rank * ctx.world_size, flat_allreduce_ms=flat_ms)
+        row["other_ms"] = row["step_ms"] - sum(row[k] for k in SECTIONS)
+    return timed
+
+
+# --- running it from the notebook, the CLI or a benchmark -----------------------------------------
+
+THREADS_PER_RANK = 1  # every rank, the one-rank baseline included: one "device" = one core here
+
+
+def measure(configs: list[StepConfig], nproc: int, backend: str = "auto", device: str = "auto",
+            timeout_s: float = 600.0, progress: bool = True, ddp_reference: bool = True,
+            interleave: bool = True) -> pd.DataFrame:
+    """Run `configs` on `nproc` ranks in one launch; one row per timed step (times in ms, rank means).
+
+    `interleave` times the configurations in rounds, one step of each (see `train_worker`); it
+    keeps every model in memory at once.
+
+    On CPU every rank gets `THREADS_PER_RANK` thread(s), the one-rank run too: N ranks then use N
+    cores and one rank one core, so the speedup compares one worker with N workers, as one GPU
+    with N GPUs, and not one rank that may use every core with N ranks that share them.
+    """
+    from labutils.launch import launch, resolve_backend
+
+    nproc = check_int("nproc", nproc, low=1)
+    if not configs:
+        raise LabInputError("configs is empty: give at least one StepConfig")
+    choice = resolve_backend(backend, device, nproc)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=max(c.steps for c in configs), desc=f"{nproc} rank(s), {choice.backend}/{choice.device}", leave=False)
+
+    def on_report(rank, payload):
+        if bar is not None and rank == 0:
+            bar.total = payload["of"]
+            bar.update(1)
+
+    try:
+        results = launch(train_worker, nproc, args=(list(configs),),
+                         kwargs={"ddp_reference": ddp_reference, "interleave": interleave},
+                         backend=choice.backend, device=choice.device, timeout_s=timeout_s,
+                         threads_per_rank=THREADS_PER_RANK, on_report=on_report)
+    finally:
+        if bar is not None:
+            bar.close()
+    return pd.DataFrame(results[0])
+
+
+def _p(q):
+    def f(s):
+        return float(np.nanpercentile(s, q)) if s.notna().any() else math.nan
+    f.__name__ = f"p{q}"
+    return f
+
+
+SUMMARY_KEYS = ["run", "mode", "world_size", "width", "depth", "batch_per_rank", "global_batch",
+                "bucket_cap_mb", "gradient_bytes", "backend", "device"]
+TIME_COLUMNS = ["step_ms", "step_max_ms", *SECTIONS, "exposed_comm_ms", "other_ms"]
+
+
+def summarize(steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: median, p10 and p90 over the timed steps of every time column (ms)."""
+    cols = [c for c in TIME_COLUMNS + ["backward_compute_ms", "flat_allreduce_ms"] if c in steps]
+    keys = [k for k in SUMMARY_KEYS if k in steps]
+    stats = steps.groupby(keys, dropna=False)[cols].agg(["median", _p(10), _p(90)])
+    stats.columns = [c if s == "median" else f"{c}_{s}" for c, s in stats.columns]
+    out = stats.reset_index()
+    out["steps"] = steps.groupby(keys, dropna=False).size().to_numpy()
+    out["compute_ms"] = out["forward_ms"] + out["backward_ms"] + out["optimizer_ms"]
+    if "backward_compute_ms" in out:  # for DDP: compute is backward without the sync
+        ddp = out["backward_compute_ms"].notna()
+        out.loc[ddp, "compute_ms"] = (out["forward_ms"] + out["backward_compute_ms"] + out["optimizer_ms"])[ddp]
+    return out
+
+
+# --- prediction: pure functions (ms, bytes, decimal GB/s) --------------------------------------------
+
+def allreduce_factor(world_size):
+    """2(N-1)/N: the share of the buffer each rank sends (and receives) in a ring all-reduce."""
+    n = np.asarray(world_size, dtype=float)
+    return 2 * (n - 1) / n
+
+
+def predict_comm_ms(gradient_bytes, world_size, busbw_GBps, alpha_us=0.0, buckets=1):
+    """All-reduce time of a gradient in `buckets` pieces, ms:
+
+    buckets * alpha_us / 1e3 + 2(N-1)/N * gradient_bytes / (busbw_GBps * 1e6).
+    Zero for N = 1; infinite ("never") for a bandwidth of 0. Works on numpy arrays.
+    """
+    check_range("gradient_bytes", gradient_bytes, low=0, unit="bytes")
+    check_range("busbw_GBps", busbw_GBps, low=0, unit="GB/s")
+    check_range("world_size", world_size, low=1)
+    check_range("alpha_us", alpha_us, low=0, unit="us")
+    from labutils.fit import allreduce_time_ms
+
+    n = np.asarray(world_size, dtype=float)
+    wire = allreduce_time_ms(gradient_bytes, n, busbw_GBps)  # the article's T, inf for busbw 0
+    comm = np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3 + wire
+    comm = np.where(n > 1, comm, 0.0)
+    return float(comm) if comm.ndim == 0 else comm
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """Predicted N-rank step (ms): `no_overlap_ms` (sum bound) >= measured >= `overlap_ms` (max bound)."""
+
+    forward_ms: float
+    backward_ms: float
+    optimizer_ms: float
+    comm_ms: float
+    buckets: int
+
+    @property
+    def compute_ms(self) -> float:
+        return self.forward_ms + self.backward_ms + self.optimizer_ms
+
+    @property
+    def no_overlap_ms(self) -> float:
+        """compute + comm: nothing hidden."""
+        return self.compute_ms + self.comm_ms
+
+    @property
+    def overlap_ms(self) -> float:
+        """forward + max(backward, comm) + optimizer: all comm hidden behind backward if it fits."""
+        return self.forward_ms + max(self.backward_ms, self.comm_ms) + self.optimizer_ms
+
+
+def predict_step(single_row, world_size: int, busbw_GBps: float, alpha_us: float = 0.0,
+                 buckets: int = 1) -> StepPrediction:
+    """The N-rank step from a one-rank summary row (its medians) and the link's alpha and busbw."""
+    comm = predict_comm_ms(single_row["gradient_bytes"], world_size, busbw_GBps, alpha_us, buckets)
+    return StepPrediction(float(single_row["forward_ms"]), float(single_row["backward_ms"]),
+                          float(single_row["optimizer_ms"]), float(comm), int(buckets))
+
+
+def predicted_efficiency(gradient_bytes, busbw_GBps, compute_ms, world_size, alpha_us=0.0, buckets=1,
+                         hideable=0.0, scaling="weak"):
+    """Predicted scaling efficiency (0..1) of an N-rank data-parallel step; numpy-vectorised.
+
+    `compute_ms` is the one-rank step at the per-rank batch (weak) or at the global batch
+    (strong: each rank then computes compute_ms / N). A share `hideable` (0..1) of the compute,
+    the backward pass, can hide communication: T_N = (1 - h) c + max(h c, comm).
+    weak: efficiency = compute_ms / T_N;  strong: efficiency = compute_ms / (N T_N).
+    hideable=0 is the no-overlap (sum) bound, hideable=1 the max bound.
+    """
+    check_range("compute_ms", compute_ms, low=0, low_open=True, unit="ms")
+    check_range("hideable", hideable, low=0, high=1)
+    check_choice("scaling", scaling, ("weak", "strong"))
+    n = np.asarray(world_size, dtype=float)
+    c = np.asarray(compute_ms, dtype=float) / (n if scaling == "strong" else 1.0)
+    h = np.asarray(hideable, dtype=float)
+    comm = predict_comm_ms(gradient_bytes, n, busbw_GBps, alpha_us, buckets)
+    t_n = (1 - h) * c + np.maximum(h * c, comm)
+    eff = np.asarray(compute_ms, float) / ((n if scaling == "strong" else 1.0) * t_n)
+    return float(eff) if np.ndim(eff) == 0 else eff
+
+
+def min_busbw_for_efficiency(gradient_bytes, compute_ms, world_size, efficiency=0.9, alpha_us=0.0, buckets=1):
+    """Smallest bus bandwidth (GB/s) for a weak-scaling efficiency without overlap, or inf ("never").
+
+    E = c / (c + comm)  =>  comm <= c (1/E - 1); the wire part 2(N-1)/N V / (B 1e6) must fit in what
+    is left after the latency, so B >= 2(N-1)/N V / (1e6 (c (1/E - 1) - buckets alpha / 1e3)).
+    """
+    check_range("efficiency", efficiency, low=0, high=1, low_open=True)
+    room_ms = np.asarray(compute_ms, float) * (1 / np.asarray(efficiency, float) - 1) \
+        - np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3
+    need = allreduce_factor(world_size) * np.asarray(gradient_bytes, float) / 1e6
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bw = np.where(room_ms > 0, need / np.where(room_ms > 0, room_ms, 1.0), math.inf)
+    bw = np.where(need == 0, 0.0, bw)
+    return float(bw) if bw.ndim == 0 else bw
+
+
+# --- the experiments of notebook 07 ----------------------------------------------------------------
+
+DEFAULT_BUCKET_MB = 25.0  # DDP's default bucket_cap_mb
+
+
+def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: int = 2, steps: int = 10,
+                       warmup: int = 2, bucket_caps_mb=(), bucket_width: int | None = None,
+                       backend: str = "auto", device: str = "auto", min_time_s: float = 0.0,
+                       timeout_s: float = 600.0, progress: bool = True) -> pd.DataFrame:
+    """Measure each model (one per width) every way; the summary, one row per run (ms).
+
+    One launch of 1 rank: each model at the per-rank batch b (weak-scaling baseline) and at the
+    global batch N b (strong-scaling baseline). One launch of N ranks at b per rank: DDP with the
+    default 25 MiB buckets and the no-overlap variant for each model, then DDP at each of
+    `bucket_caps_mb` for the model of `bucket_width` (default: the widest).
+    """
+    widths = [int(w) for w in np.atleast_1d(widths)]
+    bucket_width = bucket_width or max(widths)
+    singles, many = [], []
+    for width in widths:
+        base = StepConfig(width, depth, batch_per_rank, "single", DEFAULT_BUCKET_MB, steps, warmup, min_time_s)
+        singles += [base, replace(base, batch_per_rank=batch_per_rank * nproc)]
+        many += [replace(base, mode="ddp"), replace(base, mode="no_overlap")]
+    base = replace(many[0], width=bucket_width, mode="ddp")
+    many += [replace(base, bucket_cap_mb=float(c)) for c in bucket_caps_mb if float(c) != DEFAULT_BUCKET_MB]
+    one = summarize(measure(singles, 1, backend, device, timeout_s, progress))
+    n = summarize(measure(many, nproc, backend, device, timeout_s, progress))
+    n["run"] += len(one)
+    return pd.concat([one, n], ignore_index=True)
+
+
+def _single(summary: pd.DataFrame, run: pd.Series, batch: int) -> pd.Series:
+    """The one-rank run of the same model as `run`, at `batch`."""
+    rows = summary[(summary["mode"] == "single") & (summary["batch_per_rank"] == batch)
+                   & (summary["width"] == run["width"]) & (summary["depth"] == run["depth"])]
+    if rows.empty:
+        raise LabInputError(f"the summary has no one-rank run of width {run['width']} at batch {batch}")
+    return rows.iloc[0]
+
+
+def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Speedup and efficiency of each N-rank run with default buckets, weak and strong scaling.
+
+    weak (same b per rank):      speedup = N T1(b) / TN(b) (samples per second), efficiency = T1(b) / TN(b)
+    strong (same global batch):  speedup = T1(N b) / TN(b),                        efficiency = speedup / N
+    """
+    rows = []
+    runs = summary[(summary["mode"] != "single") & (summary["bucket_cap_mb"] == DEFAULT_BUCKET_MB)]
+    for _, run in runs.iterrows():
+        n, b = int(run["world_size"]), int(run["batch_per_rank"])
+        for kind, batch in (("weak", b), ("strong", n * b)):
+            t1 = float(_single(summary, run, batch)["step_ms"])
+            speedup = (n * t1 if kind == "weak" else t1) / run["step_ms"]
+            rows.append({"mode": run["mode"], "gradient_bytes": run["gradient_bytes"], "scaling": kind,
+                         "world_size": n, "one_rank_batch": batch, "one_rank_ms": t1, "n_rank_ms": run["step_ms"],
+                         "speedup": speedup, "efficiency": speedup / n})
+    return pd.DataFrame(rows)
+
+
+def _own_compute(run: pd.Series) -> dict:
+    """The N-rank run's own compute medians (ms): DDP's backward without sync, or no-overlap's backward."""
+    backward = run["backward_compute_ms"] if run["mode"] == "ddp" else run["backward_ms"]
+    return {"gradient_bytes": run["gradient_bytes"], "forward_ms": run["forward_ms"], "backward_ms": backward,
+            "optimizer_ms": run["optimizer_ms"]}
+
+
+def prediction_table(summary: pd.DataFrame, busbw_GBps: float, alpha_us: float,
+                     compute: str = "one_rank") -> pd.DataFrame:
+    """Predicted bounds against the measured step for every N-rank run (ms).
+
+    compute="one_rank": forward, backward and optimizer from the one-rank run of the same model at
+    the same per-rank batch (a true prediction). compute="n_rank": from the N-rank run itself
+    (backward without sync), which keeps what sharing the machine did to compute and tests only
+    the communication model. DDP all-reduces in `mlp_bucket_count` buckets, the no-overlap
+    variant in one. `between`: overlap bound <= measured <= no-overlap bound;
+    errors are |predicted - measured| / measured. `comm_measured_ms` (no-overlap runs) is the
+    all-reduce alone and `wait_ms` the wait for the slowest rank, which the bounds leave out.
+    """
+    check_choice("compute", compute, ("one_rank", "n_rank"))
+    rows = []
+    for _, run in summary[summary["mode"] != "single"].iterrows():
+        buckets = 1 if run["mode"] == "no_overlap" else mlp_bucket_count(run["width"], run["depth"],
+                                                                           run["bucket_cap_mb"])
+        source = _single(summary, run, int(run["batch_per_rank"])) if compute == "one_rank" else _own_compute(run)
+        pred = predict_step(source, int(run["world_size"]), busbw_GBps, alpha_us, buckets)
+        measured = float(run["step_ms"])
+        comm_measured = run["allreduce_ms"] if run["mode"] == "no_overlap" else math.nan
+        rows.append({"run": run["run"], "mode": run["mode"], "bucket_cap_mb": run["bucket_cap_mb"],
+                     "gradient_bytes": run["gradient_bytes"], "buckets": buckets, "compute_ms": pred.compute_ms,
+                     "comm_pred_ms": pred.comm_ms, "comm_measured_ms": comm_measured, "wait_ms": run["wait_ms"],
+                     "no_overlap_pred_ms": pred.no_overlap_ms,
+                     "overlap_pred_ms": pred.overlap_ms, "measured_ms": measured,
+                     "error_no_overlap": abs(pred.no_overlap_ms - measured) / measured,
+                     "error_overlap": abs(pred.overlap_ms - measured) / measured,
+                     "between": pred.overlap_ms <= measured <= pred.no_overlap_ms})
+    return pd.DataFrame(rows)
+
+
+def time_breakdown(summary: pd.DataFrame) -> pd.DataFrame:
+    """Where the median step went, per run (ms); the columns add up to `step_ms` exactly.
+
+    DDP's backward holds its exposed communication (waiting for the slowest rank included): it
+    is split into compute and exposed comm. The no-overlap variant times the wait on its own.
+    """
+    out = pd.DataFrame(index=summary.index)
+    out["label"] = [f"{format_size(r['gradient_bytes'])} grad, {r['mode']}, {r['world_size']} rank(s), "
+                    f"b={r['batch_per_rank']}" + (f", {r['bucket_cap_mb']:g} MiB buckets" if r["mode"] == "ddp" else "")
+                    for _, r in summary.iterrows()]
+    ddp = (summary["mode"] == "ddp").to_numpy()
+    exposed = summary["exposed_comm_ms"].fillna(0.0)
+    out["forward"] = summary["forward_ms"]
+    out["backward"] = np.where(ddp, summary["backward_ms"] - exposed, summary["backward_ms"])
+    out["wait for slowest rank"] = np.where(ddp, 0.0, summary["wait_ms"])
+    out["exposed comm"] = np.where(ddp, exposed, summary["allreduce_ms"])
+    out["optimizer"] = summary["optimizer_ms"]
+    out["other"] = summary["step_ms"] - out[["forward", "backward", "wait for slowest rank", "exposed comm",
+                                             "optimizer"]].sum(axis=1)
+    out["step_ms"] = summary["step_ms"]
+    return out.set_index("label")
+
+
+# --- correctness: DDP gradients equal one-rank gradients ---------------------------------------------
+
+def reference_gradient(width: int, depth: int, global_batch: int, seed: int = 0) -> np.ndarray:
+    """The flat float64 gradient of one process on the whole global batch (MSE loss, mean)."""
+    import torch
+
+    model = build_mlp(width, depth, seed)
+    x, y = synthetic_batch(global_batch, width, seed + 1)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters()]).double().numpy()
+
+
+def gradient_worker(ctx, width: int, depth: int, batch_per_rank: int,
+                    runs=(("ddp", 0), ("no_overlap", 0)), seed: int = 0) -> dict:
+    """This rank's flat gradient after one synchronised backward on its slice of the global batch.
+
+    `runs` lists (mode, train_steps): a fresh model per run, `train_steps` full training steps
+    first (replicas that drifted apart would show in the gradient). Returns {(mode, steps): array}.
+    """
+    import contextlib
+
+    import torch
+
+    out = {}
+    for mode, train_steps in runs:
+        step = _Step(StepConfig(width, depth, batch_per_rank, mode, seed=seed, lr=0.1), ctx)
+        for _ in range(train_steps):
+            step.run(None)
+        step.gradients(lambda name: contextlib.nullcontext())
+        out[(mode, train_steps)] = torch.cat([p.grad.flatten() for p in step.params]).double().cpu().numpy()
+    return out
+
+
+# --- exercises ----------------------------------------------------------------------------------------------
+
+def max_hidden_gradient_bytes(backward_ms, busbw_GBps, world_size, alpha_us=0.0, buckets=1):
+    """The largest gradient whose all-reduce fits behind the backward pass (ideal overlap), bytes.
+
+    comm = buckets alpha + 2(N-1)/N V / (B 1e6) <= backward  =>  V <= (backward - buckets alpha / 1e3) B 1e6 / (2(N-1)/N).
+    Unlimited (inf) for N = 1; 0 when the latencies alone outlast backward.
+    """
+    room_ms = np.maximum(0.0, np.asarray(backward_ms, float) - np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3)
+    factor = allreduce_factor(world_size)
+    with np.errstate(divide="ignore"):
+        out = np.where(factor > 0, room_ms * np.asarray(busbw_GBps, float) * 1e6 / np.where(factor > 0, factor, 1), math.inf)
+    return float(out) if out.ndim == 0 else out
+
+
+def check_hidden_gradient(answer_bytes: float, backward_ms: float, busbw_GBps: float, world_size: int,
+                          compute_ms: float | None = None, rel_tol: float = 0.05) -> str:
+    """Exercise: the largest gradient that ideal overlap hides completely. Returns a hint."""
+    right = max_hidden_gradient_bytes(backward_ms, busbw_GBps, world_size)
+    close = lambda value: abs(answer_bytes - value) <= rel_tol * value  # noqa: E731
+    if close(right):
+        return (f"Right: about {format_size(right)}B ({right:.3g} bytes). A larger gradient leaves part of its "
+                "all-reduce exposed even with perfect overlap.")
+    if close(right * allreduce_factor(world_size)):
+        return ("You let the whole buffer cross the link at busbw. Each rank moves 2(N-1)/N of it: "
+                "divide by that factor.")
+    if compute_ms and close(right * compute_ms / backward_ms):
+        return ("Only the backward pass can hide the all-reduce: DDP sends a bucket once its gradients "
+                "exist, and they exist only during backward. Use the backward time, not the whole step.")
+    if close(right * 1e3) or close(right / 1e3):
+        return "Check the units: busbw in GB/s is 1e9 bytes per second, and backward is in milliseconds."
+    return (f"Not yet ({answer_bytes:.3g} bytes). Set the all-reduce time 2(N-1)/N x V / busbw equal to "
+            "the backward time and solve for V.")
+
+
+def check_min_busbw(answer_GBps: float, gradient_bytes: float, compute_ms: float, world_size: int,
+                    efficiency: float = 0.9, rel_tol: float = 0.05) -> str:
+    """Exercise: the slowest link that keeps a weak-scaling efficiency without overlap. Returns a hint."""
+    right = min_busbw_for_efficiency(gradient_bytes, compute_ms, world_size, efficiency)
+    if abs(answer_GBps - right) <= rel_tol * right:
+        return f"Right: at least {right:.3g} GB/s; any slower link drops below {efficiency:.0%}."
+    got = predicted_efficiency(gradient_bytes, answer_GBps, compute_ms, world_size) if answer_GBps > 0 else 0.0
+    if answer_GBps < right:
+        return (f"Too slow: at {answer_GBps:g} GB/s the efficiency is {got:.0%}. Solve c / (c + comm) = "
+                f"{efficiency:g} for comm first, then the bandwidth that moves 2(N-1)/N x bytes in that time.")
+    return (f"That link is enough ({got:.0%}), but slower ones are too: the question asks for the smallest. "
+            "Set c / (c + comm) equal to the target and solve for the bandwidth.")

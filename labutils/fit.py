@@ -1,0 +1,297 @@
+"""Predicting all-reduce time: the latency + bandwidth (alpha-beta) model, fitted to a sweep.
+
+    time_us(size_bytes, N) = alpha_us + 2(N-1)/N * size_bytes / (busbw_GBps * 1e3)
+
+`alpha_us` is the fixed cost of one all-reduce (launch, handshakes, one trip round the ring);
+the second term is the article's T = 2(N-1)/N * bytes / busbw, with busbw in decimal GB/s
+(1 GB/s = 1e3 bytes per microsecond). The fit weighs every size by its relative error, so the
+microsecond-scale small messages count as much as the millisecond-scale large ones.
+
+A fitted link is saved as a result of kind "link" (`save_link`) and loaded back by the
+time-budget sliders and the tensor- and data-parallel notebooks (`load_link`, `ensure_link`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import socket
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from labutils.collectives import bus_factor
+from labutils.validate import LabInputError, check_int, check_range
+
+# The source article's example: a 200 MB gradient (decimal MB) on a link with busbw ~22 GB/s.
+ARTICLE_GRADIENT_BYTES = 200e6
+ARTICLE_BUSBW_GBps = 22.0
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """A measured link: fixed cost `alpha_us` per all-reduce and asymptotic `busbw_GBps`.
+
+    Fit quality: `n_points` sizes used; `heldout_median_error` and `heldout_max_error` are
+    relative errors |predicted - measured| / measured on sizes left out of a second fit
+    (NaN when there were too few sizes to hold any out). `source` says where it came from.
+    """
+
+    alpha_us: float
+    busbw_GBps: float
+    world_size: int
+    backend: str
+    device: str
+    n_points: int = 0
+    heldout_median_error: float = math.nan
+    heldout_max_error: float = math.nan
+    source: str = ""
+
+    @property
+    def latency_ms(self) -> float:
+        """The fixed cost in milliseconds (what the time-budget model calls the latency)."""
+        return self.alpha_us / 1e3
+
+    @property
+    def name(self) -> str:
+        return f"my link: {self.backend}/{self.device}, {self.world_size} ranks"
+
+
+def allreduce_time_ms(size_bytes, world_size, busbw_GBps):
+    """The article's bandwidth term: T_ms = 2(N-1)/N * size_bytes / (busbw_GBps * 1e9) * 1e3.
+
+    200e6 bytes at 22 GB/s: N=2 -> 9.1 ms, N=8 -> 15.9 ms. N=1 sends nothing (0 ms);
+    a busbw of zero answers math.inf ("never").
+    """
+    factor = 2.0 * (np.asarray(world_size, dtype=float) - 1.0) / np.asarray(world_size, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_ms = factor * np.asarray(size_bytes, dtype=float) / (np.asarray(busbw_GBps, dtype=float) * 1e6)
+    t_ms = np.where(factor == 0, 0.0, t_ms)
+    return float(t_ms) if np.ndim(t_ms) == 0 else t_ms
+
+
+def predict_allreduce_us(size_bytes, world_size: int, fit: LinkFit):
+    """alpha_us + 2(N-1)/N * size_bytes / (busbw_GBps * 1e3) microseconds (numpy-vectorised).
+
+    The link's alpha and busbw are used for any N (busbw is N-independent by construction);
+    N=1 is no communication at all and costs 0.
+    """
+    world_size = check_int("world_size", world_size, low=1)
+    check_range("size_bytes", size_bytes, low=0, unit="bytes")
+    if world_size == 1:
+        return np.zeros_like(np.asarray(size_bytes, dtype=float)) if np.ndim(size_bytes) else 0.0
+    t_us = fit.alpha_us + allreduce_time_ms(size_bytes, world_size, fit.busbw_GBps) * 1e3
+    return float(t_us) if np.ndim(t_us) == 0 else np.asarray(t_us)
+
+
+def latency_term_us(world_size, alpha_step_us: float, algorithm: str = "ring"):
+    """Latency part of an all-reduce built from point-to-point steps of cost `alpha_step_us`.
+
+    ring: 2(N-1) steps (N-1 reduce-scatter + N-1 all-gather) -> 2(N-1) * alpha_step_us;
+    tree: up the tree and down again, 2 * ceil(log2 N) steps -> 2 * ceil(log2 N) * alpha_step_us.
+    The ring grows linearly with N, the tree logarithmically: why NCCL prefers trees at scale
+    for small messages.
+    """
+    n = np.asarray(world_size, dtype=float)
+    check_range("world_size", n, low=1)
+    if algorithm == "ring":
+        steps = 2.0 * (n - 1.0)
+    elif algorithm == "tree":
+        steps = 2.0 * np.ceil(np.log2(n))
+    else:
+        raise LabInputError(f"algorithm={algorithm!r} is not one of: ring, tree")
+    out = steps * alpha_step_us
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def article_table(busbw_GBps: float = ARTICLE_BUSBW_GBps, size_bytes: float = ARTICLE_GRADIENT_BYTES,
+                  world_sizes=(2, 4, 8)) -> pd.DataFrame:
+    """The article's example as a table: N, factor 2(N-1)/N, bandwidth-only all-reduce time (ms)."""
+    n = np.asarray(world_sizes, dtype=float)
+    return pd.DataFrame({"world_size": np.asarray(world_sizes, dtype=int),
+                         "factor": 2 * (n - 1) / n,
+                         "time_ms": allreduce_time_ms(size_bytes, n, busbw_GBps)})
+
+
+# --- fitting ---------------------------------------------------------------------------------
+
+def _bus_bytes(frame: pd.DataFrame) -> np.ndarray:
+    """Bytes each rank effectively moves: size_bytes * bus factor of the row's collective."""
+    ops = frame["op"] if "op" in frame else pd.Series(["all_reduce"] * len(frame), index=frame.index)
+    factors = [bus_factor(op, int(n)) for op, n in zip(ops, frame["world_size"])]
+    return frame["size_bytes"].to_numpy(dtype=float) * np.asarray(factors)
+
+
+def _solve(x_bytes: np.ndarray, t_us: np.ndarray) -> tuple[float, float]:
+    """Least squares of t = a + b x in relative error (rows divided by t); a >= 0, b >= 0.
+
+    Returns (alpha_us, us_per_bus_byte).
+    """
+    w = 1.0 / t_us
+    design = np.column_stack([w, x_bytes * w])
+    (a, b), *_ = np.linalg.lstsq(design, np.ones_like(t_us), rcond=None)
+    if a < 0:  # the fixed cost is too small to see: fit the bandwidth alone
+        a, b = 0.0, float(np.sum(x_bytes * w * w) / np.sum((x_bytes * w) ** 2))
+    if b <= 1e-9 * a / max(float(np.max(x_bytes)), 1.0):  # time does not grow with size: latency only
+        a, b = float(np.sum(w) / np.sum(w * w)), 0.0
+    return float(a), float(b)
+
+
+def _clean_frame(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    needed = {"size_bytes", "world_size", column}
+    missing = needed - set(frame.columns)
+    if missing:
+        raise LabInputError(f"the sweep frame lacks column(s) {sorted(missing)}; have {list(frame.columns)}")
+    rows = frame[(frame[column] > 0) & (frame["size_bytes"] > 0)]
+    if "wrong" in rows:
+        rows = rows[~(rows["wrong"].fillna(0) > 0)]  # a wrong result is not a measurement
+    if "in_place" in rows and rows["in_place"].nunique() > 1:
+        rows = rows[~rows["in_place"].astype(bool)]  # nccl-tests logs: keep the out-of-place half
+    if len(rows) < 2:
+        raise LabInputError(f"fitting needs at least 2 sizes with a positive {column}; got {len(rows)}")
+    worlds = rows["world_size"].unique()
+    if len(worlds) != 1 or int(worlds[0]) < 2:
+        raise LabInputError(f"fitting needs one world size >= 2 in the frame; got {sorted(worlds)}")
+    return rows.sort_values("size_bytes")
+
+
+def _to_fit(a: float, b: float, n_points: int, world: int, backend: str, device: str, source: str) -> LinkFit:
+    busbw = math.inf if b == 0 else 1.0 / (b * 1e3)
+    return LinkFit(a, busbw, world, backend, device, n_points, source=source)
+
+
+def split_alternate(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(train, held-out): sizes sorted, every other one held out, both ends kept for training."""
+    rows = frame.sort_values("size_bytes").reset_index(drop=True)
+    held = [i for i in range(1, len(rows) - 1, 2)]
+    return rows.drop(index=held), rows.loc[held]
+
+
+def relative_errors(frame: pd.DataFrame, fit: LinkFit, column: str = "time_us") -> pd.DataFrame:
+    """size_bytes, measured_us, predicted_us, rel_error = |predicted - measured| / measured."""
+    measured = frame[column].to_numpy(dtype=float)
+    bus = _bus_bytes(frame)
+    predicted = fit.alpha_us + (0.0 if math.isinf(fit.busbw_GBps) else bus / (fit.busbw_GBps * 1e3))
+    return pd.DataFrame({"size_bytes": frame["size_bytes"].to_numpy(), "measured_us": measured,
+                         "predicted_us": predicted, "rel_error": np.abs(predicted - measured) / measured})
+
+
+def crossover_bytes(fit: LinkFit, op: str = "all_reduce") -> float:
+    """Message size where the bandwidth term equals alpha: alpha_us * busbw * 1e3 / factor bytes.
+
+    Below it the collective is latency-bound (time ~ alpha), above it bandwidth-bound.
+    """
+    factor = bus_factor(op, fit.world_size)
+    if factor == 0 or math.isinf(fit.busbw_GBps):
+        return math.inf
+    return fit.alpha_us * fit.busbw_GBps * 1e3 / factor
+
+
+def fit_alpha_beta(frame: pd.DataFrame, column: str = "time_us", holdout: bool = True,
+                   source: str | None = None) -> LinkFit:
+    """Fit time = alpha_us + bus_bytes / (busbw_GBps * 1e3) to a sweep, minimising relative error.
+
+    bus_bytes = size_bytes * bus factor (2(N-1)/N for all_reduce), so any collective's sweep fits
+    the same link. Rows with wrong elements are dropped. With `holdout` (and at least 4 sizes),
+    a second fit on every other size predicts the sizes it did not see; their median and max
+    relative error are the fit's quality. The returned alpha and busbw use every size.
+    """
+    rows = _clean_frame(frame, column)
+    world = int(rows["world_size"].iloc[0])
+    backend = str(rows["backend"].iloc[0]) if "backend" in rows else "unknown"
+    device = str(rows["device"].iloc[0]) if "device" in rows else ("cuda" if backend == "nccl" else "cpu")
+    device = "cuda" if device.startswith("cuda") else device
+    source = source or f"measured on {socket.gethostname().split('.')[0]} {_dt.date.today().isoformat()}"
+    a, b = _solve(_bus_bytes(rows), rows[column].to_numpy(dtype=float))
+    fit = _to_fit(a, b, len(rows), world, backend, device, source)
+    if holdout and len(rows) >= 4:
+        train, held = split_alternate(rows)
+        part = _to_fit(*_solve(_bus_bytes(train), train[column].to_numpy(dtype=float)),
+                       len(train), world, backend, device, source)
+        errors = relative_errors(held, part, column)["rel_error"]
+        fit = replace(fit, heldout_median_error=float(errors.median()), heldout_max_error=float(errors.max()))
+    return fit
+
+
+def heldout_table(frame: pd.DataFrame, column: str = "time_us") -> tuple[LinkFit, pd.DataFrame]:
+    """The fit on every other size and its predictions for all sizes, with a `held_out` flag."""
+    rows = _clean_frame(frame, column)
+    train, held = split_alternate(rows)
+    part = fit_alpha_beta(train, column, holdout=False)
+    table = relative_errors(rows, part, column)
+    table["held_out"] = table["size_bytes"].isin(held["size_bytes"])
+    return part, table
+
+
+# --- the measured link as a result file --------------------------------------------------------
+
+def save_link(fit: LinkFit, name: str | None = None):
+    """Save `fit` as a result of kind "link" (the "my link" preset); returns the JSON path."""
+    from labutils.results import save_result
+
+    meta = {"name": name or fit.name, "latency_ms": fit.latency_ms, "bandwidth_GBps": fit.busbw_GBps,
+            **asdict(fit)}
+    meta["source"] = fit.source or f"measured on {socket.gethostname().split('.')[0]} {_dt.date.today()}"
+    return save_result("link", None, meta)
+
+
+def _from_meta(meta: dict) -> LinkFit:
+    fields = {k: meta[k] for k in LinkFit.__dataclass_fields__ if k in meta}
+    for key in ("heldout_median_error", "heldout_max_error"):
+        if fields.get(key) is None:
+            fields[key] = math.nan
+    if fields.get("busbw_GBps") is None:  # infinity is stored as null in JSON
+        fields["busbw_GBps"] = math.inf
+    return LinkFit(**fields)
+
+
+def load_link(world_size: int | None = None, backend: str | None = None, device: str | None = None) -> LinkFit | None:
+    """The newest saved link (optionally only one matching world size, backend, device), or None."""
+    from labutils.results import list_results, load_result
+
+    for path in reversed(list_results("link")):
+        meta = load_result(path)[0].get("meta", {})
+        wanted = {"world_size": world_size, "backend": backend, "device": device}
+        if all(v is None or meta.get(k) == v for k, v in wanted.items()):
+            return _from_meta(meta)
+    return None
+
+
+def ensure_link(nproc: int = 2, backend: str = "auto", device: str = "auto", quick: bool = True) -> LinkFit:
+    """The newest saved link for this backend, device and `nproc`; else measure, fit, save it.
+
+    Measuring runs an all_reduce sweep (1 KiB..4 MiB quick, ..64 MiB otherwise) on `nproc`
+    local ranks, which takes seconds on a CPU and less on GPUs.
+    """
+    from labutils.collectives import run_sweep
+    from labutils.launch import resolve_backend
+
+    choice = resolve_backend(backend, device, nproc)
+    found = load_link(nproc, choice.backend, choice.device)
+    if found is not None:
+        return found
+    result = run_sweep(nproc=nproc, backend=choice.backend, device=choice.device, min_bytes="1K",
+                       max_bytes="4M" if quick else "64M", budget_ms=30 if quick else 100, progress=False)
+    fit = fit_alpha_beta(result.frame)
+    save_link(fit)
+    return fit
+
+
+def check_allreduce_prediction(answer_ms: float, size_bytes: float, world_size: int, busbw_GBps: float) -> str:
+    """Exercise checker: the bandwidth-only all-reduce time 2(N-1)/N * bytes / busbw, in ms."""
+    from labutils.collectives import as_answer
+
+    expected = allreduce_time_ms(size_bytes, world_size, busbw_GBps)
+    answer, hint = as_answer(answer_ms, "milliseconds")
+    if answer is None:
+        return hint
+    if math.isclose(answer, expected, rel_tol=0.02):
+        return f"Right: {expected:.2f} ms. Doubling N from here barely changes it: the factor tends to 2."
+    bare = size_bytes / (busbw_GBps * 1e6)
+    if math.isclose(answer, bare, rel_tol=0.02):
+        return f"{answer:.2f} ms is bytes / busbw alone; multiply by the ring factor 2(N-1)/N = {2 * (world_size - 1) / world_size:.3f}."
+    if math.isclose(answer, expected * 1e3, rel_tol=0.02) or math.isclose(answer, expected / 1e3, rel_tol=0.02):
+        return "Check your units: GB/s is 1e9 bytes per second, and the answer is wanted in milliseconds."
+    return (f"Not quite ({answer:.3g} ms). Compute factor = 2(N-1)/N, then factor * bytes / (busbw * 1e9) "
+            "seconds, then convert to ms.")

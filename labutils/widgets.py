@@ -1,0 +1,385 @@
+"""Dashboards: sliders wired to the pure functions of labutils, kept apart from the arithmetic.
+
+The time-budget dashboard (`budget_dashboard`) moves seven sliders and a preset menu; each move
+recomputes `labutils.budget.evaluate`, updates one matplotlib figure in place (the same artists,
+new data) and renders it to PNG into an `ipywidgets.Image`, so it works in a plain JupyterLab
+(no ipympl) and never flickers. The readout is an `ipywidgets.HTML` whose numbers sit in
+elements with `data-key` / `data-value` attributes, for tests and browsers to read. An error
+inside a callback is shown in the readout (class `lab-error`), never swallowed.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+from dataclasses import dataclass, field
+
+# --- time budget dashboard ---
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named set of the seven budget inputs, with where its figures come from."""
+
+    name: str
+    values: dict
+    source: str
+
+
+def _link_presets(base: dict) -> list[Preset]:
+    from labutils.links import link_figures
+
+    presets = []
+    for fig in link_figures():
+        gbps = float(fig.low_GBps)
+        presets.append(Preset(f"{fig.name}: {gbps:g} GB/s", {**base, "bandwidth_GBps": gbps},
+                              f"{fig.kind}, lower end of the table's range: {fig.source}. "
+                              f"Startup l kept at the base case's {base['latency_ms']:g} ms (the table gives "
+                              "bandwidth only)."))
+    return presets
+
+
+def _measured_presets(base: dict, directory=None) -> list[Preset]:
+    from labutils.results import list_results, load_result
+
+    presets = []
+    for path in list_results("link", directory):
+        try:
+            record, _ = load_result(path)
+            meta = record["meta"]
+            values = {**base, "latency_ms": float(meta["latency_ms"]), "bandwidth_GBps": float(meta["bandwidth_GBps"])}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a half-written or foreign file is not a preset
+        name = str(meta.get("name") or f"my link ({path.stem})")
+        presets.append(Preset(name, values, str(meta.get("source") or f"measured: {path.name}")))
+    return presets
+
+
+def budget_presets(directory=None) -> list[Preset]:
+    """The preset menu: the article's base case, every link of data/link_table.csv, then every
+    measured link (results of kind "link", written by notebooks 02/03) found in results_dir()."""
+    from labutils.budget import BASE_CASE
+
+    base = {k: float(v) for k, v in BASE_CASE.items()}
+    return ([Preset("article base case: 10 GB/s", base,
+                    "hypothetical parameters of the source article's worked example (a model, not a card)")]
+            + _link_presets(base) + _measured_presets(base, directory))
+
+
+# key -> (widget class name, description, keyword arguments)
+_SLIDERS = {
+    "bandwidth_GBps": ("FloatLogSlider", "bandwidth B (GB/s)",
+                       {"base": 10, "min": -1, "max": 3, "step": 0.01, "readout_format": ".3r"}),
+    "eta": ("FloatSlider", "efficiency η", {"min": 0.05, "max": 1.0, "step": 0.01, "readout_format": ".2f"}),
+    "latency_ms": ("FloatSlider", "startup ℓ (ms)", {"min": 0.0, "max": 2.0, "step": 0.001, "readout_format": ".3f"}),
+    "C_ms": ("FloatSlider", "compute C (ms)", {"min": 0.0, "max": 100.0, "step": 0.1, "readout_format": ".1f"}),
+    "S_ms": ("FloatSlider", "serial S (ms)", {"min": 0.0, "max": 200.0, "step": 0.1, "readout_format": ".1f"}),
+    "Q": ("IntSlider", "exchanges Q", {"min": 0, "max": 64, "step": 1}),
+    "volume_bytes": ("FloatLogSlider", "bytes per exchange V",
+                     {"base": 10, "min": 3, "max": 10, "step": 0.01, "readout_format": ".4r"}),
+}
+_READOUT = (("speedup", "speedup T1/T2", "x"), ("efficiency", "two-device efficiency", ""),
+            ("t_one_ms", "one device T1", "ms"), ("t_two_ms", "two devices T2", "ms"),
+            ("comm_ms", "communication H", "ms"), ("break_even_C_ms", "break-even C", "ms"),
+            ("min_bandwidth_GBps", "minimum bandwidth", "GB/s"), ("min_eta", "minimum η", ""),
+            ("overlap_bound_ms", "perfect-overlap bound", "ms"))
+
+
+def _make_slider(key: str, value: float):
+    import ipywidgets as w
+
+    cls, description, kwargs = _SLIDERS[key]
+    # continuous_update=False: with True the browser re-sends every value it displays snapped to
+    # the slider's step (a preset's 24 GB/s would come back as 23.99), so typed and preset values
+    # would not stay exact. A drag updates on release; arrow keys and typed values at once.
+    slider = getattr(w, cls)(value=value, description=description, continuous_update=False,
+                             style={"description_width": "150px"}, layout=w.Layout(width="430px"), **kwargs)
+    slider.add_class("lab-slider")
+    slider.add_class(f"lab-slider-{key.replace('_', '-')}")
+    return slider
+
+
+def _set_slider(slider, value: float) -> None:
+    """Set a slider, widening its range when a preset lies outside it."""
+    if hasattr(slider, "base"):
+        exponent = math.log(value, slider.base) if value > 0 else slider.min
+        slider.min, slider.max = min(slider.min, math.floor(exponent)), max(slider.max, math.ceil(exponent))
+    else:
+        slider.min, slider.max = min(slider.min, value), max(slider.max, value)
+    slider.value = value
+
+
+def _number_text(value: float, unit: str) -> str:
+    if math.isinf(value):
+        return "never"
+    return f"{value:.4g} {unit}".strip()
+
+
+def readout_html(values: dict, budget, verdict: str, preset: Preset | None = None) -> str:
+    """Stable HTML for the readout: `[data-key=speedup]` holds `data-value` (repr, or "inf")."""
+    pays = "pays" if budget.t_two_ms < budget.t_one_ms else "even" if budget.t_two_ms == budget.t_one_ms else "loses"
+    rows = "".join(
+        f'<tr><th style="text-align:left">{label}</th><td class="lab-value" data-key="{key}" data-value="{getattr(budget, key)!r}">'
+        f"{_number_text(getattr(budget, key), unit)}</td></tr>" for key, label, unit in _READOUT)
+    notes = "".join(f'<li data-key="{html.escape(k)}">{html.escape(v)}</li>' for k, v in budget.notes.items())
+    source = (f'<p class="lab-preset" data-name="{html.escape(preset.name)}"><b>{html.escape(preset.name)}</b>: '
+              f"{html.escape(preset.source)}</p>" if preset else "")
+    inputs = " ".join(f'data-{k.replace("_", "-").lower()}="{v!r}"' for k, v in values.items())
+    return (f'<div class="lab-readout" data-verdict="{pays}" {inputs}>'
+            f'<p class="lab-verdict"><b>{html.escape(verdict)}</b></p><table>{rows}</table>'
+            f'<ul class="lab-notes">{notes}</ul>{source}'
+            '<p class="lab-model-note"><i>A model with stated assumptions, not a measurement.</i></p></div>')
+
+
+def error_html(exc: BaseException) -> str:
+    """What the readout shows when a callback fails: the error, in red, with its type."""
+    return (f'<div class="lab-readout lab-error" data-error="{html.escape(type(exc).__name__)}" '
+            f'style="color:#b00020"><b>Error: {html.escape(type(exc).__name__)}</b>: {html.escape(str(exc))}</div>')
+
+
+@dataclass(frozen=True)
+class BudgetDashboard:
+    """The widgets of the budget dashboard. Display it (`dash` as the last line of a cell).
+
+    `sliders` maps each input name to its slider; `values()` reads them; `state()` holds the
+    numbers the readout shows (plus "verdict" and "error"); `png()` is the current figure.
+    """
+
+    sliders: dict
+    preset: object
+    readout: object
+    image: object
+    figure: object
+    box: object
+    presets: tuple
+    _art: dict
+    _state: dict = field(default_factory=dict)
+
+    def values(self) -> dict:
+        return {key: float(slider.value) for key, slider in self.sliders.items()}
+
+    def state(self) -> dict:
+        return dict(self._state)
+
+    def png(self) -> bytes:
+        return bytes(self.image.value)
+
+    def refresh(self, *_change) -> None:
+        """Recompute, update the figure in place and the readout; show an error instead of raising."""
+        if self._state.get("muted"):
+            return
+        from labutils.budget import evaluate, verdict
+        from labutils.plots import update_budget_curves
+
+        try:
+            values = self.values()
+            budget = evaluate(**values)
+            png = self._render(values, budget)
+            text = verdict(budget)
+            preset = self._state.get("preset")
+            self.readout.value = readout_html(values, budget, text, preset)
+            self.image.value = png
+            self._state.update({**budget.as_dict(), "values": values, "verdict": text, "error": None})
+        except Exception as exc:  # noqa: BLE001 - shown to the reader, see error_html
+            self.readout.value = error_html(exc)
+            self._state.update({"error": f"{type(exc).__name__}: {exc}"})
+
+    def _render(self, values: dict, budget) -> bytes:
+        """Move the artists and return the figure as PNG bytes.
+
+        The still parts (axes, ticks, legend) are drawn once and kept as a background; a move
+        restores it and draws only the moving artists, unless the axis limits had to change.
+        """
+        from PIL import Image
+
+        from labutils.plots import update_budget_curves
+
+        ax = self.figure.axes[0]
+        before = (ax.get_xlim(), ax.get_ylim())
+        update_budget_curves(self._art, values, budget, sticky=True, numbers_in_title=False)
+        canvas = self.figure.canvas
+        if self._state.get("background") is None or before != (ax.get_xlim(), ax.get_ylim()):
+            canvas.draw()
+            self._state["background"] = canvas.copy_from_bbox(self.figure.bbox)
+        canvas.restore_region(self._state["background"])
+        for artist in self._art.values():
+            self.figure.draw_artist(artist)
+        width, height = canvas.get_width_height()
+        buf = io.BytesIO()
+        rgba = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+        rgba.convert("RGB").save(buf, format="png", compress_level=1)  # fast, lossless, opaque figure
+        return buf.getvalue()
+
+    def load_preset(self, index: int) -> None:
+        """Set every slider from presets[index], then refresh once."""
+        preset = self.presets[index]
+        self._state["muted"] = True
+        try:
+            for key, value in preset.values.items():
+                _set_slider(self.sliders[key], value)
+        finally:
+            self._state["muted"] = False
+        self._state["preset"] = preset
+        self.refresh()
+
+    def show_static(self) -> None:
+        """Display the current figure and readout as plain outputs (kept in exported HTML)."""
+        from IPython.display import HTML, Image, display
+
+        display(Image(self.png()))
+        display(HTML(self.readout.value))
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.box._repr_mimebundle_(**kwargs)
+
+
+def budget_dashboard(presets=None, initial: dict | None = None, dpi: int = 80) -> BudgetDashboard:
+    """Build the time-budget dashboard: seven sliders, a preset menu, a readout and one figure.
+
+    `presets` defaults to `budget_presets()`; `initial` (the seven inputs) defaults to the first
+    preset; the menu shows the preset whose values equal `initial`, if any. Setting `dash.sliders["bandwidth_GBps"].value = 50` updates readout and figure.
+    """
+    import ipywidgets as w
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from labutils.plots import apply_style, budget_curves
+
+    presets = tuple(presets if presets is not None else budget_presets())
+    values = {k: float(v) for k, v in (initial or presets[0].values).items()}
+    chosen = next((i for i, p in enumerate(presets) if {k: float(v) for k, v in p.values.items()} == values), None)
+    apply_style()
+    figure = Figure(figsize=(9.0, 4.0), dpi=dpi)
+    FigureCanvasAgg(figure)
+    ax = figure.add_subplot()
+    figure.subplots_adjust(left=0.08, right=0.66, bottom=0.13, top=0.9)
+    art = budget_curves(ax, values, legend_outside=True)
+    ax.set_title("one device (T1) against two (T2) as the divisible compute C grows")
+    for artist in art.values():
+        artist.set_animated(True)  # drawn over a kept background, see BudgetDashboard._render
+    sliders = {key: _make_slider(key, values[key]) for key in _SLIDERS}
+    menu = w.Dropdown(options=[(p.name, i) for i, p in enumerate(presets)], value=chosen,
+                      description="preset", style={"description_width": "150px"}, layout=w.Layout(width="430px"))
+    menu.add_class("lab-preset-menu")
+    readout = w.HTML(layout=w.Layout(width="430px"))
+    readout.add_class("lab-readout")
+    image = w.Image(format="png", layout=w.Layout(width=f"{int(9.0 * dpi)}px"))
+    image.add_class("lab-figure")
+    box = w.VBox([w.HBox([w.VBox([menu, *sliders.values()]), readout]), image])
+    box.add_class("lab-dashboard")
+    dash = BudgetDashboard(sliders, menu, readout, image, figure, box, presets, art,
+                           {"preset": None if chosen is None else presets[chosen]})
+    for slider in sliders.values():
+        slider.observe(dash.refresh, names="value")
+    menu.observe(lambda change: change["new"] is not None and dash.load_preset(change["new"]), names="value")
+    dash.refresh()
+    return dash
+
+
+# --- data-parallel scaling widget ---
+
+
+def ddp_scaling_dashboard(gradient_bytes: float = 200e6, busbw_GBps: float | None = None,
+                          compute_ms: float = 100.0, alpha_us: float | None = None, buckets: int = 8,
+                          hideable: float = 0.0, scaling: str = "weak", world_sizes=(2, 4, 8), dpi: int = 80):
+    """Sliders for gradient size, link bandwidth, compute, latency, buckets and overlap; the
+    predicted scaling efficiency for N = 2, 4, 8 as a readout and as curves against gradient size.
+
+    busbw and alpha default to the measured link (`labutils.fit.load_link`), else the article's
+    22 GB/s and no latency. Returns a `DDPScalingDashboard`: set `dash.sliders["busbw_GBps"].value`
+    and read `dash.state()["efficiency"][8]` or the readout's `[data-key=efficiency-N8]`.
+    """
+    import ipywidgets as w
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from labutils.data_parallel import predict_comm_ms, predicted_efficiency
+    from labutils.fit import ARTICLE_BUSBW_GBps, load_link
+    from labutils.plots import apply_style, ddp_efficiency_curves, update_ddp_efficiency_curves
+
+    link = load_link() if busbw_GBps is None or alpha_us is None else None
+    source = link.name if link is not None else "the article's 22 GB/s link"
+    busbw_GBps = busbw_GBps if busbw_GBps is not None else (link.busbw_GBps if link else ARTICLE_BUSBW_GBps)
+    alpha_us = alpha_us if alpha_us is not None else (link.alpha_us if link else 0.0)
+    style = {"style": {"description_width": "150px"}, "layout": w.Layout(width="430px"), "continuous_update": True}
+    sliders = {
+        "gradient_bytes": w.FloatLogSlider(value=gradient_bytes, base=10, min=5, max=10.5, step=0.01,
+                                           description="gradient (bytes)", readout_format=".3g", **style),
+        "busbw_GBps": w.FloatLogSlider(value=busbw_GBps, base=10, min=-1, max=3, step=0.01,
+                                       description="link busbw (GB/s)", readout_format=".3g", **style),
+        "compute_ms": w.FloatLogSlider(value=compute_ms, base=10, min=-1, max=4, step=0.01,
+                                       description="one-rank compute (ms)", readout_format=".3g", **style),
+        "alpha_us": w.FloatSlider(value=alpha_us, min=0, max=max(2000.0, alpha_us), step=1,
+                                  description="latency α (µs)", readout_format=".0f", **style),
+        "buckets": w.IntSlider(value=buckets, min=1, max=64, description="buckets", **style),
+        "hideable": w.FloatSlider(value=hideable, min=0, max=1, step=0.05, description="hideable share",
+                                  readout_format=".2f", **style),
+        "scaling": w.ToggleButtons(options=["weak", "strong"], value=scaling, description="scaling"),
+    }
+    apply_style()
+    figure = Figure(figsize=(9.0, 4.0), dpi=dpi)
+    FigureCanvasAgg(figure)
+    figure.subplots_adjust(left=0.1, right=0.97, bottom=0.14, top=0.9)
+    readout, image = w.HTML(layout=w.Layout(width="430px")), w.Image(format="png", layout=w.Layout(width="600px"))
+    readout.add_class("lab-readout")
+    state: dict = {}
+
+    def values() -> dict:
+        return {k: (s.value if k == "scaling" else float(s.value)) for k, s in sliders.items()}
+
+    def refresh(*_change) -> None:
+        try:
+            v = values()
+            if "art" not in state:
+                state["art"] = ddp_efficiency_curves(figure.add_subplot(), v, world_sizes)
+            update_ddp_efficiency_curves(state["art"], v)
+            eff = {n: float(predicted_efficiency(v["gradient_bytes"], v["busbw_GBps"], v["compute_ms"], n,
+                                                 v["alpha_us"], v["buckets"], v["hideable"], v["scaling"]))
+                   for n in world_sizes}
+            comm = {n: float(predict_comm_ms(v["gradient_bytes"], n, v["busbw_GBps"], v["alpha_us"], v["buckets"]))
+                    for n in world_sizes}
+            rows = "".join(f'<tr><th>N = {n}</th><td data-key="efficiency-N{n}" data-value="{eff[n]!r}">'
+                           f"{eff[n]:.0%}</td><td>speedup {eff[n] * n:.2f}x</td>"
+                           f'<td data-key="comm-N{n}" data-value="{comm[n]!r}">all-reduce {comm[n]:.3g} ms</td></tr>'
+                           for n in world_sizes)
+            readout.value = (f'<div class="lab-readout" data-scaling="{v["scaling"]}"><table>{rows}</table>'
+                             f"<p>Link preset: {html.escape(source)}. Efficiency = one-rank step / N-rank step "
+                             f"({'same batch per rank' if v['scaling'] == 'weak' else 'same global batch'}).</p>"
+                             "<p><i>A prediction from the model, not a measurement.</i></p></div>")
+            buf = io.BytesIO()
+            figure.savefig(buf, format="png", bbox_inches=None)
+            image.value = buf.getvalue()
+            state.update(values=v, efficiency=eff, comm_ms=comm, error=None)
+        except Exception as exc:  # noqa: BLE001 - shown in the readout, as in the budget dashboard
+            readout.value = error_html(exc)
+            state["error"] = f"{type(exc).__name__}: {exc}"
+
+    for slider in sliders.values():
+        slider.observe(refresh, names="value")
+    refresh()
+    box = w.VBox([w.HBox([w.VBox(list(sliders.values())), readout]), image])
+    box.add_class("lab-dashboard")
+    return DDPScalingDashboard(sliders, readout, image, box, state, refresh)
+
+
+@dataclass(frozen=True)
+class DDPScalingDashboard:
+    """The data-parallel widget: `sliders` by input name, `readout` (HTML), `image` (PNG), `state()`."""
+
+    sliders: dict
+    readout: object
+    image: object
+    box: object
+    _state: dict
+    refresh: object
+
+    def state(self) -> dict:
+        """values, efficiency {N: 0..1}, comm_ms {N: ms} and error (None when all went well)."""
+        return {k: v for k, v in self._state.items() if k != "art"}
+
+    def png(self) -> bytes:
+        return bytes(self.image.value)
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.box._repr_mimebundle_(**kwargs)

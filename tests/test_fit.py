@@ -1,0 +1,140 @@
+"""The alpha-beta link model: the article's numbers, the fit, held-out error, the saved "link"."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import labutils.collectives as collectives
+from labutils.fit import (LinkFit, allreduce_time_ms, article_table, check_allreduce_prediction, crossover_bytes,
+                          ensure_link, fit_alpha_beta, heldout_table, latency_term_us, load_link,
+                          predict_allreduce_us, save_link)
+from labutils.nccl_tests import parse_nccl_tests
+from labutils.results import DATA_DIR, list_results
+from labutils.validate import LabInputError
+
+
+def _sweep(alpha_us, busbw_GBps, n=2, noise=0.0, op="all_reduce", sizes=None, seed=0):
+    sizes = np.asarray(sizes if sizes is not None else [1024 * 2**k for k in range(17)], dtype=float)
+    factor = collectives.bus_factor(op, n)
+    t = alpha_us + factor * sizes / (busbw_GBps * 1e3)
+    t *= 1 + noise * np.random.default_rng(seed).standard_normal(len(sizes))
+    return pd.DataFrame({"op": op, "size_bytes": sizes.astype(int), "time_us": t, "world_size": n,
+                         "backend": "gloo", "device": "cpu", "wrong": 0})
+
+
+def test_article_numbers():
+    assert allreduce_time_ms(200e6, 2, 22.0) == pytest.approx(9.09, abs=0.01)
+    assert allreduce_time_ms(200e6, 8, 22.0) == pytest.approx(15.91, abs=0.01)
+    table = article_table()
+    assert list(table.world_size) == [2, 4, 8] and list(table.factor) == [1.0, 1.5, 1.75]
+    assert allreduce_time_ms(200e6, 1, 22.0) == 0.0
+    assert allreduce_time_ms(200e6, 2, 0.0) == math.inf  # no bandwidth: never
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_exact_data_is_recovered(n):
+    fit = fit_alpha_beta(_sweep(35.0, 22.0, n=n))
+    assert fit.alpha_us == pytest.approx(35.0, rel=1e-6) and fit.busbw_GBps == pytest.approx(22.0, rel=1e-6)
+    assert fit.world_size == n and fit.heldout_median_error < 1e-9 and fit.n_points == 17
+    assert fit.latency_ms == pytest.approx(0.035)
+
+
+def test_relative_weighting_keeps_small_sizes_right():
+    frame = _sweep(50.0, 10.0, noise=0.03, seed=3)
+    fit = fit_alpha_beta(frame)
+    assert fit.alpha_us == pytest.approx(50.0, rel=0.1) and fit.busbw_GBps == pytest.approx(10.0, rel=0.1)
+    assert fit.heldout_median_error < 0.06
+    part, table = heldout_table(frame)
+    assert table["held_out"].sum() == 8 and table["rel_error"].median() < 0.06
+
+
+def test_other_collectives_fit_the_same_link():
+    fit = fit_alpha_beta(_sweep(20.0, 5.0, n=4, op="all_gather"))
+    assert fit.busbw_GBps == pytest.approx(5.0) and fit.alpha_us == pytest.approx(20.0)
+
+
+def test_fit_drops_wrong_rows_and_refuses_too_little():
+    frame = _sweep(10.0, 3.0)
+    frame.loc[4, "time_us"] *= 50
+    frame.loc[4, "wrong"] = 7
+    assert fit_alpha_beta(frame).busbw_GBps == pytest.approx(3.0)
+    with pytest.raises(LabInputError, match="at least 2"):
+        fit_alpha_beta(frame.iloc[:1])
+    mixed = pd.concat([_sweep(10, 3, n=2), _sweep(10, 3, n=4)])
+    with pytest.raises(LabInputError, match="one world size"):
+        fit_alpha_beta(mixed)
+    with pytest.raises(LabInputError, match="lacks"):
+        fit_alpha_beta(frame.drop(columns="time_us"))
+
+
+def test_latency_only_data_gives_infinite_bandwidth():
+    frame = _sweep(40.0, 1.0, sizes=[8, 16, 32, 64])
+    frame["time_us"] = 40.0
+    fit = fit_alpha_beta(frame)
+    assert fit.busbw_GBps == math.inf and fit.alpha_us == pytest.approx(40.0)
+    assert crossover_bytes(fit) == math.inf
+
+
+def test_the_sample_nccl_tests_log_fits_the_article_link():
+    log = parse_nccl_tests(DATA_DIR / "nccl_tests" / "sample_all_reduce_2x5090_sys.log")
+    fit = fit_alpha_beta(log.frame, source="nccl-tests sample")
+    assert 20 < fit.busbw_GBps < 24 and 10 < fit.alpha_us < 30 and fit.heldout_median_error < 0.05
+    assert fit.backend == "nccl" and fit.device == "cuda" and fit.source == "nccl-tests sample"
+
+
+def test_predictions_and_latency_terms():
+    fit = LinkFit(20.0, 22.0, 2, "nccl", "cuda")
+    assert predict_allreduce_us(200e6, 2, fit) == pytest.approx(20.0 + 9090.9, rel=1e-4)
+    assert list(predict_allreduce_us(np.array([0, 22e3]), 4, fit)) == pytest.approx([20.0, 21.5])
+    assert predict_allreduce_us(1e6, 1, fit) == 0.0
+    assert crossover_bytes(fit) == pytest.approx(20 * 22e3)
+    assert list(latency_term_us([2, 4, 8, 16], 5.0, "ring")) == [10, 30, 70, 150]
+    assert list(latency_term_us([2, 4, 8, 16], 5.0, "tree")) == [10, 20, 30, 40]
+    assert latency_term_us(6, 1.0, "tree") == 6.0  # ceil(log2 6) = 3 levels
+    with pytest.raises(LabInputError, match="algorithm"):
+        latency_term_us(4, 1.0, "butterfly")
+    with pytest.raises(LabInputError, match="world_size"):
+        predict_allreduce_us(1e6, 0, fit)
+
+
+def test_save_and_load_the_link_contract():
+    fit = fit_alpha_beta(_sweep(35.0, 1.7))
+    path = save_link(fit)
+    meta = json.loads(path.read_text())["meta"]
+    for key in ("name", "latency_ms", "bandwidth_GBps", "alpha_us", "busbw_GBps", "world_size", "backend", "device",
+                "source"):
+        assert key in meta
+    assert meta["name"] == "my link: gloo/cpu, 2 ranks" and meta["bandwidth_GBps"] == pytest.approx(1.7)
+    assert meta["latency_ms"] == pytest.approx(0.035) and meta["source"].startswith("measured on ")
+    back = load_link()
+    assert back == fit
+    assert load_link(world_size=8) is None or load_link(world_size=8).world_size == 8
+    inf = LinkFit(5.0, math.inf, 3, "gloo", "cpu")
+    save_link(inf, name="flat")
+    assert load_link(world_size=3).busbw_GBps == math.inf
+
+
+def test_ensure_link_reuses_a_saved_link_else_measures(monkeypatch):
+    calls = []
+
+    def fake_sweep(**kwargs):
+        calls.append(kwargs)
+        return collectives.SweepResult(_sweep(12.0, 4.0, n=kwargs["nproc"]), {})
+
+    monkeypatch.setattr(collectives, "run_sweep", fake_sweep)
+    before = len(list_results("link"))
+    fit = ensure_link(nproc=5, backend="gloo", device="cpu")
+    assert calls and calls[0]["max_bytes"] == "4M" and fit.busbw_GBps == pytest.approx(4.0)
+    assert len(list_results("link")) == before + 1
+    again = ensure_link(nproc=5, backend="gloo", device="cpu")
+    assert len(calls) == 1 and again == fit
+
+
+def test_exercise_checker_hints():
+    assert check_allreduce_prediction(9.09, 200e6, 2, 22).startswith("Right")
+    assert "2(N-1)/N" in check_allreduce_prediction(200e6 / 22e6, 200e6, 4, 22)
+    assert "units" in check_allreduce_prediction(13636, 200e6, 4, 22)
+    assert "number" in check_allreduce_prediction(None, 200e6, 4, 22)

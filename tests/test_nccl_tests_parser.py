@@ -1,0 +1,156 @@
+"""The nccl-tests parser on every layout: current, old 2.x, launcher prefixes, INFO lines, -J JSON."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from labutils.cli import main
+from labutils.nccl_tests import parse_json, parse_nccl_tests, parse_text
+from labutils.validate import LabInputError
+
+SAMPLES = Path(__file__).resolve().parent.parent / "data" / "nccl_tests"
+REQUIRED = {"size_bytes", "count", "dtype", "op", "time_us", "algbw_GBps", "busbw_GBps", "wrong", "world_size",
+            "backend", "in_place"}
+
+NEW = """\
+# nccl-tests version 2.16.4 nccl-headers=22603 nccl-library=22603
+# Collective test starting: all_reduce_perf
+#  Rank  0 Group  0 Pid   1710 on  box device  0 [0000:07:00] NVIDIA A100-SXM4-80GB
+#  Rank  1 Group  0 Pid   1711 on  box device  1 [0000:0a:00] NVIDIA A100-SXM4-80GB
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)
+     1048576        262144     float     sum      -1    16330    0.06    0.06      0    16.10   65.13   65.13      0
+box:1710:1722 [0] NCCL INFO Channel 02/0 : 0[7000] -> 1[a000] via P2P/CUMEM
+  1073741824     268435456     float     sum      -1  1.2e+05    8.95    8.95    N/A  11774.0   91.19   91.19      2
+# Out of bounds values : 1 FAILED
+# Avg bus bandwidth    : 41.3325
+"""
+
+
+def test_current_layout_numbers_na_and_stray_lines():
+    log = parse_text(NEW)
+    f = log.frame
+    assert log.meta["op"] == "all_reduce" and log.meta["world_size"] == 2
+    assert list(f["size_bytes"]) == [1048576, 1048576, 1073741824, 1073741824]
+    assert list(f["in_place"]) == [False, True, False, True]
+    assert list(f["time_us"]) == [16330.0, 16.10, 1.2e5, 11774.0]
+    assert math.isnan(f["wrong"].iloc[2]) and f["wrong"].iloc[3] == 2
+    assert log.meta["avg_busbw_GBps"] == pytest.approx(41.3325) and log.meta["out_of_bounds"] == 1
+    assert set(f["dtype"]) == {"float32"} and set(f["root"]) == {-1}
+
+
+OLD_ALL_GATHER = """\
+#   Rank  0 Pid  20211 on  pcie-box device  0 [0x03] Tesla P100-PCIE-16GB
+#   Rank  1 Pid  20211 on  pcie-box device  1 [0x04] Tesla P100-PCIE-16GB
+#   Rank  2 Pid  20211 on  pcie-box device  2 [0x05] Tesla P100-PCIE-16GB
+#         size         count    type     time   algbw   busbw  error     time   algbw   busbw  error
+#          (B)    (elements)             (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+       3145728        262144   float    583.1    5.39    3.60  0e+00    580.4    5.42    3.61  0e+00
+ Out of bounds values : 0 OK
+ Avg bus bandwidth    : 3.605
+"""
+
+
+def test_old_layout_without_redop_or_root_keeps_the_error_apart():
+    log = parse_text(OLD_ALL_GATHER, op="all_gather")
+    f = log.frame
+    assert log.meta["world_size"] == 3 and log.meta["avg_busbw_GBps"] == pytest.approx(3.605)
+    assert list(f["redop"]) == ["none", "none"] and list(f["root"]) == [-1, -1]
+    assert f["wrong"].isna().all() and (f["max_error"] == 0).all()
+    assert list(f["busbw_GBps"]) == [3.60, 3.61]
+
+
+def test_headerless_rows_with_launcher_prefixes_are_guessed():
+    text = ("[1,0]<stdout>:     1048576        262144     float     sum      -1    66.87   15.68   15.68      0"
+            "    67.84   15.46   15.46      0\n"
+            "0:        8192          2048     float     sum    37.07    0.22    0.41  5e-07    35.50    0.23    0.43  5e-07\n")
+    f = parse_text(text, op="all_reduce").frame
+    assert list(f["size_bytes"]) == [1048576, 1048576, 8192, 8192]
+    assert list(f["root"]) == [-1, -1, -1, -1]
+    assert list(f["busbw_GBps"]) == [15.68, 15.46, 0.41, 0.43]
+
+
+def test_info_output_glued_inside_a_row():
+    header = "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+    text = (header + "           8             2     float     sum      -13f9a2c1d7e55:41822:41836 [0] NCCL INFO Channel 00/0 : x\n"
+            "3f9a2c1d7e55:41822:41837 [1] NCCL INFO Connected all rings\n"
+            "    19.52    0.00    0.00      0    19.37    0.00    0.00      0\n"
+            "          16             4     float     sum      -1    19.03    0.00    0.00      0    19.47    0.00    0.00      0\n")
+    f = parse_text(text, op="all_reduce").frame
+    assert list(f["size_bytes"]) == [8, 8, 16, 16]
+    assert list(f["root"]) == [-1, -1, -1, -1]
+    assert list(f["time_us"]) == [19.52, 19.37, 19.03, 19.47]
+    lost = header + "          32             8     float     sum      -1host:1:2 [0] NCCL WARN gave up\n" + text.splitlines()[-1]
+    assert list(parse_text(lost, op="all_reduce").frame["size_bytes"]) == [16, 16]  # the next row still counts
+
+
+def test_per_iteration_layout_reads_the_main_columns():
+    text = ("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s\n"
+            % ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99",
+               "i_cv%", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%"))
+    text += ("     4194304       1048576     float     sum      -1   208.53   20.11   20.11       0   201.0   230.1   229.0"
+             "     2.1   210.00   19.97   19.97       0   203.0   231.0   230.0     2.3\n")
+    f = parse_text(text, op="all_reduce").frame
+    assert list(f["time_us"]) == [208.53, 210.00] and list(f["busbw_GBps"]) == [20.11, 19.97]
+
+
+@pytest.mark.parametrize("name, op, world, rows", [
+    ("sample_all_reduce_2x5090_sys.log", "all_reduce", 2, 52),
+    ("sample_all_reduce_old_layout.log", "all_reduce", 4, 34),
+    ("sample_all_gather_2nodes_srun.log", "all_gather", 2, 16),
+    ("sample_all_reduce_2x5090_sys.json", "all_reduce", 2, 18),
+])
+def test_shipped_samples(name, op, world, rows):
+    log = parse_nccl_tests(SAMPLES / name)
+    assert log.meta["op"] == op and log.meta["world_size"] == world and len(log.frame) == rows
+    assert REQUIRED <= set(log.frame.columns)
+    assert log.frame["in_place"].sum() == rows // 2
+    big = log.frame[log.frame["size_bytes"] == log.frame["size_bytes"].max()]
+    if "5090" in name:  # the article's ~22 GB/s across sockets
+        assert big["busbw_GBps"].between(20, 24).all()
+    algbw = log.frame["size_bytes"] / log.frame["time_us"] / 1e3
+    sizeable = log.frame["algbw_GBps"] > 1
+    assert (abs(algbw[sizeable] / log.frame["algbw_GBps"][sizeable] - 1) < 0.02).all()
+
+
+def test_json_report_variants():
+    doc = {"version": 2, "args": ["/opt/nccl-tests/build/reduce_scatter_perf", "-J", "x.json"],
+           "config": {"devices": [{"device_info": "GPU"}] * 4},
+           "results": [{"size": 4096, "count": 256, "type": "bfloat16", "redop": "sum", "root": "    -1",
+                        "out_of_place": None,
+                        "in_place": {"cpu_time": 30.5, "alg_bw": "nan", "bus_bw": 0.1, "nwrong": None}}],
+           "average_bus_bandwidth": {"bandwidth": 0.1, "okay": "unchecked"}}
+    log = parse_json(doc)
+    f = log.frame
+    assert log.meta["op"] == "reduce_scatter" and log.meta["world_size"] == 4
+    assert len(f) == 1 and bool(f["in_place"].iloc[0]) and f["dtype"].iloc[0] == "bfloat16"
+    assert f["time_us"].iloc[0] == 30.5 and math.isnan(f["algbw_GBps"].iloc[0]) and math.isnan(f["wrong"].iloc[0])
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path):
+    with pytest.raises(LabInputError, match="no nccl-tests result rows"):
+        parse_text("hello\n# nothing here\n")
+    cut = tmp_path / "cut.json"
+    cut.write_text('{"version": 2, "results": [{"size": 8,')
+    with pytest.raises(LabInputError, match="cut short"):
+        parse_nccl_tests(cut)
+    with pytest.raises(LabInputError, match="does not exist"):
+        parse_nccl_tests(tmp_path / "missing.log")
+
+
+def test_cli_json_csv_and_exit_codes(capsys, tmp_path):
+    assert main(["parse-nccl-tests", str(SAMPLES / "sample_all_reduce_2x5090_sys.log"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 52 and all(REQUIRED <= set(r) for r in rows)
+    assert {r["in_place"] for r in rows} == {True, False} and rows[0]["world_size"] == 2
+    assert main(["parse-nccl-tests", str(SAMPLES / "sample_all_gather_2nodes_srun.log"), "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("op,size_bytes,count,dtype")
+    assert main(["parse-nccl-tests", str(SAMPLES / "sample_all_reduce_old_layout.log")]) == 0
+    assert "# Avg bus bandwidth" in capsys.readouterr().out
+    assert main(["parse-nccl-tests", str(tmp_path / "nope.log")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and len(err.splitlines()) == 1

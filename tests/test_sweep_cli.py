@@ -1,0 +1,135 @@
+"""`python -m labutils sweep`: exit codes, JSON rows, failures named, Ctrl-C, torchrun on two "nodes"."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from labutils.cli import main
+from labutils.launch import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+TORCHRUN = ROOT / ".venv" / "bin" / "torchrun"
+KEYS = {"size_bytes", "count", "dtype", "op", "time_us", "algbw_GBps", "busbw_GBps", "wrong", "world_size", "backend"}
+SMALL = ["--min-bytes", "1K", "--max-bytes", "4K", "--budget-ms", "3", "--warmup", "1", "--no-progress"]
+
+
+def _sweep(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "labutils", "sweep", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--min-bytes", "lots"], "min_bytes"),
+    (["--min-bytes", "8K", "--max-bytes", "1K"], "larger than max_bytes"),
+    (["--backend", "nccl", "--nproc", "2"], "nproc=2 is larger than the 0 GPU"),
+    (["--max-bytes", "512T"], "memory"),
+    (["--nproc", "0"], "nproc"),
+    (["--dtype", "complex64"], "dtype"),
+    (["--factor", "1"], "factor"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle, capsys):
+    assert main(["sweep", "--backend", "gloo", *args] if "--backend" not in args else ["sweep", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error:") and needle in err[-1]
+
+
+@pytest.mark.distributed
+def test_json_rows_and_auto_backend_explained(capsys):
+    assert main(["sweep", "--json", *SMALL]) == 0
+    out, err = capsys.readouterr()
+    rows = json.loads(out)
+    assert len(rows) == 3 and all(KEYS <= set(r) for r in rows)
+    assert {r["world_size"] for r in rows} == {2} and {r["backend"] for r in rows} == {"gloo"}
+    assert [r["size_bytes"] for r in rows] == [1024, 2048, 4096] and all(r["wrong"] == 0 for r in rows)
+    assert "backend: gloo on cpu (no CUDA GPU visible" in err
+    assert "saved:" in err
+
+
+@pytest.mark.distributed
+def test_a_dead_rank_is_named(capsys):
+    assert main(["sweep", "--fault", "crash", "--fault-rank", "1", "--no-save", *SMALL]) == 1
+    assert "error: rank 1 died" in capsys.readouterr().err
+
+
+@pytest.mark.distributed
+def test_wrong_elements_fail_loudly_from_the_command_line():
+    wrong = _sweep("--fault", "corrupt", "--fault-rank", "1", "--no-save", *SMALL)
+    assert wrong.returncode == 1
+    assert "wrong element" in wrong.stderr and "Out of bounds values : 3 FAILED" in wrong.stdout
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.distributed
+def test_ctrl_c_leaves_no_process_behind():
+    proc = subprocess.Popen([sys.executable, "-m", "labutils", "sweep", "--no-save", "--no-progress",
+                             "--max-bytes", "1M", "--budget-ms", "5000"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        kids: set[int] = set()
+        while time.monotonic() < deadline and len(kids) < 2:
+            time.sleep(0.2)
+            kids |= _descendants(proc.pid)
+        assert len(kids) >= 2, "the ranks never started"
+        time.sleep(1.0)  # let them reach the timed loop
+        kids |= _descendants(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    time.sleep(1.0)
+    assert not [k for k in kids if _alive(k)]
+
+
+@pytest.mark.distributed
+def test_torchrun_two_nodes_on_loopback():
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    nodes = [subprocess.Popen([str(TORCHRUN), "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(i),
+                               "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "labutils", "sweep",
+                               "--json", "--no-save", *SMALL], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        outs = [n.communicate(timeout=120) for n in nodes]
+    finally:
+        for n in nodes:
+            if n.poll() is None:
+                n.kill()
+    assert [n.returncode for n in nodes] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    rows = json.loads(outs[0][0])
+    assert len(rows) == 3 and {r["world_size"] for r in rows} == {2} and all(r["wrong"] == 0 for r in rows)
+    assert outs[1][0].strip() == ""  # only rank 0 prints

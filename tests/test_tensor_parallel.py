@@ -1,0 +1,308 @@
+"""Tensor parallelism: the toy split, the MLP block on ranks, precision, the step timer, the protocol."""
+
+import math
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from labutils import budget
+from labutils import tensor_parallel as tp
+from labutils.validate import LabInputError
+
+# --- the toy split ---------------------------------------------------------------------------------
+
+
+def test_toy_split_is_exact_in_integers():
+    split = tp.toy_split()
+    assert split.pre_activations[0].tolist() == [[1, 1]]
+    assert split.hidden[1].tolist() == [[0, 4]]  # ReLU([-1, 4])
+    assert min(int(p.min()) for p in split.pre_activations) < 0, "ReLU must matter in the example"
+    assert [c.tolist() for c in split.contributions] == [[[1, 1]], [[-4, 8]]]
+    assert split.total.dtype == np.int64
+    assert split.total.tolist() == tp.toy_whole().tolist() == [[-3, 9]]
+
+
+@pytest.mark.parametrize("parts", [1, 2, 4])
+def test_toy_split_any_even_cut_sums_to_the_whole(parts):
+    assert np.array_equal(tp.toy_split(parts=parts).total, tp.toy_whole())
+
+
+def test_toy_split_rejects_an_uneven_cut():
+    with pytest.raises(LabInputError, match="parts=3"):
+        tp.toy_split(parts=3)
+
+
+def test_launchers_refuse_a_rank_count_that_does_not_divide_the_layer():
+    with pytest.raises(LabInputError, match="nproc=3"):
+        tp.run_tp_check(3, size=(8, 64))
+    with pytest.raises(LabInputError, match="nproc=3"):
+        tp.measure([(8, 64)], 3)
+
+
+def test_wrong_split_across_relu_differs():
+    assert tp.relu_of_sum_vs_sum_of_relu(2, -3) == (0, 2)
+    wrong = tp.toy_wrong_split()
+    assert not np.array_equal(wrong.total, tp.toy_whole())
+    # without ReLU the row split would be right: the sum of partial pre-activations is x A
+    assert np.array_equal(sum(wrong.pre_activations), tp.TOY_X @ tp.TOY_A)
+
+
+def test_check_toy_contribution_hints():
+    assert tp.check_toy_contribution([4, 12]).startswith("Right")
+    assert "ReLU" in tp.check_toy_contribution([9, 2])
+    assert "device 1" in tp.check_toy_contribution([-1, 2])
+    assert "whole output" in tp.check_toy_contribution([3, 14])
+    assert "wrong split" in tp.check_toy_contribution([6, 24])
+    assert "two numbers" in tp.check_toy_contribution([1, 2, 3])
+    assert "Step by step" in tp.check_toy_contribution([0, 0])
+
+
+# --- the MLP block -----------------------------------------------------------------------------------
+
+
+def test_shards_are_slices_of_the_same_full_weights():
+    full = tp.mlp_weights(16, 64, seed=3)
+    parts = [tp.shard(full, r, 4) for r in range(4)]
+    assert torch.equal(torch.cat([p.W1 for p in parts], dim=1), full.W1)
+    assert torch.equal(torch.cat([p.W2 for p in parts], dim=0), full.W2)
+    assert torch.equal(tp.mlp_weights(16, 64, seed=3).W1, full.W1)
+    assert not torch.equal(tp.mlp_weights(16, 64, seed=4).W1, full.W1)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("shards", [2, 4])
+def test_summed_partials_match_the_whole_within_dtype_tolerance(dtype, shards):
+    w = tp.mlp_weights(64, 256, seed=1, dtype=dtype)
+    x = tp.mlp_input(8, 64, seed=1, dtype=dtype)
+    diff = tp.compare(tp.summed_partials(x, w, shards), tp.summed_partials(x, w, 1))
+    assert diff["max_rel"] <= tp.tolerance(dtype, 256, shards)
+
+
+def test_tolerance_separates_rounding_from_a_wrong_split():
+    w = tp.mlp_weights(64, 256, seed=2, dtype="bfloat16")
+    x = tp.mlp_input(8, 64, seed=2, dtype="bfloat16")
+    right = tp.summed_partials(x, w, 1)
+    # the wrong split: ReLU applied to each half of a row-split pre-activation
+    halves = [x[:, :32] @ w.W1[:32] + w.b1 / 2, x[:, 32:] @ w.W1[32:] + w.b1 / 2]
+    wrong = sum(torch.relu(h) for h in halves) @ w.W2 + w.b2
+    assert tp.compare(wrong, right)["max_rel"] > 5 * tp.tolerance("bfloat16", 256, 2)
+    assert tp.tolerance("float32", 256) < tp.tolerance("float16", 256) < tp.tolerance("bfloat16", 256)
+
+
+def test_precision_study_shapes_and_ordering():
+    frame = tp.precision_study((8, 64), shard_counts=(1, 2, 4))
+    assert set(frame["dtype"]) == {"float32", "bfloat16", "float16"}
+    assert frame["within"].all()
+    assert (frame[frame["shards"] == 1]["vs_whole_rel"] == 0).all()
+    worst = frame.groupby("dtype")["max_rel"].max()
+    assert worst["float32"] < worst["float16"] < worst["bfloat16"]
+    assert len(frame[frame["shards"] == 4]) == 2 * 3  # both summation orders, three dtypes
+
+
+def test_layer_size_bytes_and_flops():
+    size = tp.as_size((32, 64))
+    assert size.ffn == 256
+    assert size.flops == 4 * 32 * 64 * 256
+    assert size.output_bytes("float32") == 32 * 64 * 4
+    assert size.output_bytes("bfloat16") == 32 * 64 * 2
+    with pytest.raises(LabInputError, match="batch"):
+        tp.LayerSize(0, 64)
+
+
+# --- the step timer ----------------------------------------------------------------------------------
+
+
+def test_timer_parts_sum_to_the_total():
+    def step(timer):
+        with timer.section("compute"):
+            time.sleep(0.02)
+        with timer.section("communication"):
+            time.sleep(0.01)
+        time.sleep(0.005)  # untimed: lands in serial
+        with timer.section("serial"):
+            time.sleep(0.003)
+        return "done"
+
+    result, t = tp.timed_step(step)
+    assert result == "done"
+    assert math.isclose(t.serial_ms + t.compute_ms + t.communication_ms, t.total_ms, rel_tol=1e-9)
+    assert t.compute_ms >= 20 and t.communication_ms >= 10
+    assert t.serial_ms >= 8 and t.gap_ms >= 5
+    assert t.total_ms >= 38
+
+
+def test_timer_rejects_unknown_sections():
+    def step(timer):
+        with timer.section("computing"):
+            pass
+
+    with pytest.raises(LabInputError, match="computing"):
+        tp.timed_step(step)
+
+
+def test_block_step_on_one_process_is_the_whole_block():
+    w = tp.mlp_weights(32, 128, seed=0)
+    x = tp.mlp_input(4, 32, seed=0)
+    out, t = tp.timed_step(lambda timer: tp.tp_block_step(x, w, "relu", timer))
+    assert torch.allclose(out, tp.mlp_block(x, w))
+    assert t.compute_ms > 0 and t.communication_ms >= 0
+
+
+# --- estimating the budget from measurements -------------------------------------------------------------
+
+LINK = SimpleNamespace(latency_ms=0.2, busbw_GBps=2.0, backend="gloo", device="cpu", world_size=2)
+
+
+def synthetic_frame(S_ms=0.05, eta=0.8, ms_per_mflop=0.0125, hiddens=(32, 64, 128, 256, 512, 1024), batch=16):
+    """Timings that follow the budget exactly: whole = S + C, split = S + C/(2 eta) + l + V/B."""
+    rows = []
+    for h in hiddens:
+        size = tp.LayerSize(batch, h)
+        C = size.flops / 1e6 * ms_per_mflop
+        comm = LINK.latency_ms + size.output_bytes() / (LINK.busbw_GBps * 1e6)
+        base = {"batch": batch, "hidden": h, "ffn": size.ffn, "dtype": "float32", "chunks": 1, "gap_ms": 0.0,
+                "step_p90_ms": 0.0, "reps": 10}
+        rows.append({**base, "rank": 0, "ranks": 1, "mode": "whole", "serial_ms": S_ms, "compute_ms": C,
+                     "communication_ms": 0.0, "total_ms": S_ms + C, "step_ms": S_ms + C, "compute_slowest_ms": C})
+        t2 = S_ms + C / (2 * eta) + comm
+        for rank in (0, 1):
+            rows.append({**base, "rank": rank, "ranks": 2, "mode": "split", "serial_ms": S_ms,
+                         "compute_ms": C / (2 * eta) * (0.9 if rank else 1.0), "communication_ms": comm,
+                         "total_ms": t2, "step_ms": t2, "compute_slowest_ms": C / (2 * eta)})
+    return pd.DataFrame(rows)
+
+
+def test_estimate_inputs_recovers_the_parameters():
+    frame = synthetic_frame()
+    inp = tp.budget_inputs_for(frame, LINK, 16, 256)
+    size = tp.LayerSize(16, 256)
+    assert inp.S_ms == pytest.approx(0.05)
+    assert inp.C_ms == pytest.approx(size.flops / 1e6 * 0.0125)
+    assert inp.eta == pytest.approx(0.8)
+    assert inp.Q == 1 and inp.volume_bytes == size.output_bytes()
+    assert (inp.latency_ms, inp.bandwidth_GBps) == (0.2, 2.0)
+
+
+def test_eta_uses_the_slower_half_of_each_step():
+    inp = tp.estimate_inputs({"serial_ms": 0.1, "compute_ms": 4.0},
+                             {"compute_ms": 2.0, "compute_slowest_ms": 2.5}, LINK, 1000)
+    assert inp.eta == pytest.approx(0.8)
+    assert tp.estimate_inputs({"serial_ms": 0.1, "compute_ms": 4.0}, {"compute_ms": 2.5}, LINK, 1000).eta == 0.8
+
+
+def test_eta_above_one_is_capped_for_the_budget():
+    inp = tp.estimate_inputs({"serial_ms": 0.1, "compute_ms": 4.0}, {"compute_ms": 1.6}, LINK, 1000)
+    assert inp.eta == 1.0 and inp.eta_measured == pytest.approx(1.25)
+    budget.t_two_ms(*inp.as_args())  # accepted by the budget
+
+
+def test_validation_table_predicts_budget_shaped_timings_exactly():
+    table = tp.validation_table(synthetic_frame(), LINK)
+    assert len(table) == 6
+    assert np.allclose(table["rel_error"], 0.0, atol=1e-12)
+    assert np.allclose(table["comm_pred_ms"], table["comm_ms"])
+    assert list(table["work_flops"]) == sorted(table["work_flops"])
+
+
+def test_break_even_matches_the_budget_formula():
+    table = tp.validation_table(synthetic_frame(hiddens=tuple(range(32, 1025, 32))), LINK)
+    found = tp.break_even(table)
+    # the analytic break-even C* = H / (1 - 1/(2 eta)) depends on V, so check T2 == T1 there
+    row = table.iloc[(table["C_ms"] - found.C_ms).abs().argsort().iloc[0]]
+    expected = budget.break_even_C_ms(0.8, 1, LINK.latency_ms, row["volume_bytes"], LINK.busbw_GBps)
+    assert found.C_ms == pytest.approx(expected, rel=0.05)
+    assert tp.break_even(table, "T2_pred_ms").C_ms == pytest.approx(found.C_ms, rel=1e-9)
+
+
+def test_break_even_outside_the_range_says_why():
+    table = tp.validation_table(synthetic_frame(hiddens=(32, 64)), LINK)
+    never = tp.break_even(table)
+    assert math.isinf(never.work_flops) and "never" in never.reason
+    fast = tp.validation_table(synthetic_frame(hiddens=(1024, 2048)), LINK)
+    assert tp.break_even(fast).work_flops == 0.0
+
+
+def test_summary_and_replicas_tables():
+    frame = synthetic_frame()
+    table = tp.validation_table(frame, LINK)
+    summary = tp.summary_table(LINK, table, tp.break_even(table), tp.break_even(table, "T2_pred_ms"))
+    assert list(summary["quantity"])[:3] == ["link", "break-even, measured", "break-even, predicted"]
+    replicas = frame[frame["mode"] == "whole"].assign(mode="replica", ranks=2)
+    out = tp.replicas_table(pd.concat([frame, replicas]))
+    two = out[out["setup"] == "two replicas"]["throughput_rows_per_s"].to_numpy()
+    one = out[out["setup"] == "one device"]["throughput_rows_per_s"].to_numpy()
+    assert np.allclose(two, 2 * one)
+
+
+def test_overlap_table_bounds():
+    frame = synthetic_frame(hiddens=(256,))
+    split = frame[frame["mode"] == "split"]
+    runs = [split.assign(mode="overlap", chunks=k) for k in (1, 2, 4)]
+    table = tp.overlap_table(pd.concat([frame[frame["mode"] == "whole"], *runs]), LINK)
+    assert list(table["chunks"]) == [1, 2, 4]
+    assert (table["overlap_bound_ms"] <= table["no_overlap_ms"]).all()
+    # more chunks, more latencies: the no-overlap prediction grows by l per extra chunk
+    assert np.allclose(np.diff(table["no_overlap_ms"]), [LINK.latency_ms, 2 * LINK.latency_ms])
+    with pytest.raises(LabInputError, match="chunks=1"):
+        tp.overlap_table(pd.concat([frame[frame["mode"] == "whole"], runs[1]]), LINK)
+
+
+def test_check_t2_prediction_hints():
+    inp = tp.BudgetInputs(S_ms=0.1, C_ms=4.0, eta=0.8, Q=1, volume_bytes=0.6e6, latency_ms=0.25, bandwidth_GBps=2.0)
+    right = 0.1 + 4.0 / 1.6 + 0.25 + 0.3
+    assert tp.check_t2_prediction(right, inp).startswith("Right")
+    assert "2 eta" in tp.check_t2_prediction(0.1 + 2.0 + 0.55, inp)
+    assert "latency" in tp.check_t2_prediction(0.1 + 2.5 + 0.3, inp)
+    assert "bandwidth term" in tp.check_t2_prediction(0.1 + 2.5 + 0.25, inp)
+    assert "S is missing" in tp.check_t2_prediction(2.5 + 0.55, inp)
+    assert "1000 times" in tp.check_t2_prediction(0.1 + 2.5 + 0.25 + 300, inp)
+    assert "communication is missing" in tp.check_t2_prediction(0.1 + 2.5, inp)
+    assert "milliseconds" in tp.check_t2_prediction("soon", inp)
+    assert "Not quite" in tp.check_t2_prediction(42, inp)
+
+
+# --- on ranks ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.distributed
+def test_toy_on_four_ranks_is_exact():
+    """One hidden column per rank; ranks 0+1 hold device 1's half of the article, 2+3 device 2's."""
+    from labutils.launch import launch
+
+    out = launch(tp.toy_worker, 4, timeout_s=90)
+    parts = [np.array(r["contribution"]) for r in out]
+    assert (parts[0] + parts[1]).tolist() == [[1, 1]] and (parts[2] + parts[3]).tolist() == [[-4, 8]]
+    assert all(r["total"] == [[-3, 9]] for r in out)
+
+
+@pytest.mark.distributed
+def test_two_rank_block_equals_the_whole():
+    frame = tp.run_tp_check(2, size=(8, 64), dtypes=("float32", "bfloat16"), timeout_s=60)
+    assert len(frame) == 4 and frame["ok"].all()
+    assert set(frame["dtype"]) == {"float32", "bfloat16"}
+    assert (frame["max_rel"] <= frame["tolerance"]).all()
+
+
+@pytest.mark.distributed
+def test_measure_protocol_structure():
+    frame = tp.measure([(4, 32), (4, 64)], 2, ("whole", "split"), quick=True, timeout_s=120)
+    assert set(frame["mode"]) == {"whole", "split"}
+    assert len(frame[frame["mode"] == "whole"]) == 2  # rank 0 only
+    assert len(frame[frame["mode"] == "split"]) == 4  # both ranks
+    assert (frame[frame["mode"] == "whole"]["communication_ms"] < 0.05).all()
+    parts = frame[["serial_ms", "compute_ms", "communication_ms"]].sum(axis=1)
+    assert (parts > 0).all() and (frame["reps"] >= 5).all()
+    table = tp.validation_table(frame, LINK)
+    assert len(table) == 2 and np.isfinite(table["T2_pred_ms"]).all()
+
+
+def test_cli_rejects_bad_input_with_exit_status_2(capsys):
+    from labutils.cli import main
+
+    assert main(["tp-check", "--dtypes", "float8"]) == 2
+    assert "float8" in capsys.readouterr().err
+    assert main(["tp-check", "--nproc", "3"]) == 2
