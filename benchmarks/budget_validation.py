@@ -10,12 +10,15 @@ latency and bandwidth from an all-reduce sweep fitted by labutils.fit (measured 
 or the newest saved link with --reuse-link), never from the same timings. Prints the table, the
 median |predicted - measured| / measured of T2, the break-even size measured and predicted, and
 PASS/FAIL against the target (20%). Timings on a busy machine are noisy; the figure is what this
-machine gave this time.
+machine gave this time, and the load average printed with it says how busy the machine was
+(other processes delay the all-reduce that follows each half's compute, which the budget's
+"no competitors" assumption leaves out).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -76,7 +79,8 @@ def main() -> int:
           f"(target < {args.target:.0%})")
     print(f"break-even, measured:  {tp.describe_break_even(measured)}")
     print(f"break-even, predicted: {tp.describe_break_even(predicted)}")
-    print(f"best measured speedup: {table['speedup'].max():.2f}x; wall time {time.perf_counter() - started:.0f} s")
+    print(f"best measured speedup: {table['speedup'].max():.2f}x; wall time {time.perf_counter() - started:.0f} s; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     save_result("budget_validation", table, {"link": link.name, "latency_ms": link.latency_ms,
                                              "busbw_GBps": link.busbw_GBps, "median_rel_error": median_error,
                                              "break_even_measured_flops": measured.work_flops,

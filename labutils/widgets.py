@@ -123,7 +123,9 @@ def readout_html(values: dict, budget, verdict: str, preset: Preset | None = Non
         f'<tr><th style="text-align:left">{label}</th><td class="lab-value" data-key="{key}" data-value="{getattr(budget, key)!r}">'
         f"{_number_text(getattr(budget, key), unit)}</td></tr>" for key, label, unit in _READOUT)
     notes = "".join(f'<li data-key="{html.escape(k)}">{html.escape(v)}</li>' for k, v in budget.notes.items())
-    source = (f'<p class="lab-preset" data-name="{html.escape(preset.name)}"><b>{html.escape(preset.name)}</b>: '
+    changed = preset is not None and {k: float(v) for k, v in preset.values.items()} != values
+    source = (f'<p class="lab-preset" data-name="{html.escape(preset.name)}" data-changed="{str(changed).lower()}">'
+              f'<b>{html.escape(preset.name)}</b>{" (since changed with the sliders)" if changed else ""}: '
               f"{html.escape(preset.source)}</p>" if preset else "")
     inputs = " ".join(f'data-{k.replace("_", "-").lower()}="{v!r}"' for k, v in values.items())
     return (f'<div class="lab-readout" data-verdict="{pays}" {inputs}>'

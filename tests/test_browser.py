@@ -196,3 +196,16 @@ def test_time_budget_dashboard_follows_its_sliders(lab, budget_page):
     assert readout_text(eta) == "0.70"
     third = _assert_dashboard_shows_model(page, lab, {**moved, "eta": 0.70})
     assert len({first, second, third}) == 3, "the figure did not change with the sliders"
+
+
+def test_a_preset_sets_every_slider(lab, budget_page):
+    """Choosing a link in the preset menu moves all seven sliders to its values, exactly."""
+    from labutils.widgets import budget_presets
+
+    page, _ = budget_page
+    current = _readout(page)[0]
+    preset = next(p for p in budget_presets() if p.values != current)
+    page.locator(".lab-preset-menu select").select_option(label=preset.name)
+    _wait_for_inputs(page, **preset.values)
+    page.locator(f'.lab-preset[data-name="{preset.name}"]').wait_for()
+    _assert_dashboard_shows_model(page, lab, preset.values)

@@ -89,7 +89,10 @@ def test_presets_include_links_and_load_into_the_sliders(dash):
     assert dash.values()["bandwidth_GBps"] == pytest.approx(dash.presets[index].values["bandwidth_GBps"])
     assert dash.values()["eta"] == pytest.approx(0.8)
     assert "NVLink 4" in dash.readout.value and "datasheet" in dash.readout.value
+    assert 'data-changed="false"' in dash.readout.value
     _assert_readout_is_the_model(dash)
+    dash.sliders["C_ms"].value = 3.0
+    assert 'data-changed="true"' in dash.readout.value and "since changed" in dash.readout.value
     for preset in dash.presets:
         assert preset.source and set(preset.values) == set(bm.PARAMETERS)
 
