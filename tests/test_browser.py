@@ -1,8 +1,11 @@
 """JupyterLab in a real browser: widgets render, and the time-budget dashboard follows its sliders.
 
 A JupyterLab server (127.0.0.1, token on, temporary settings) serves a temporary copy of the
-notebooks; headless Debian chromium, driven by Playwright, runs them as a student would. Skips,
-saying why, where chromium, Playwright or JupyterLab is missing.
+notebooks; headless Debian chromium, driven by Playwright, runs them as a student would. The
+numbers the dashboard shows are checked against `labutils.budget.evaluate`, and the figure the
+browser shows against the kernel's figure and its curves. A screenshot of the dashboard lands in
+out/browser_05_time_budget.png. Skips, saying why, where chromium, Playwright or JupyterLab is
+missing or chromium does not start.
 """
 
 from __future__ import annotations
@@ -181,7 +184,7 @@ def test_time_budget_dashboard_follows_its_sliders(lab, budget_page):
     """Move the bandwidth (typed into its readout) and η (arrow keys on the handle): after each
     move the readout holds evaluate() of the new inputs and the browser shows a new figure whose
     curve and markers sit at the model's values."""
-    page, start = budget_page
+    page, start = budget_page[0], _readout(budget_page[0])[0]
     bandwidth, eta = page.locator(".lab-slider-bandwidth-GBps"), page.locator(".lab-slider-eta")
     first = _assert_dashboard_shows_model(page, lab, start)
 
@@ -203,9 +206,11 @@ def test_a_preset_sets_every_slider(lab, budget_page):
     from labutils.widgets import budget_presets
 
     page, _ = budget_page
+    menu = page.locator(".lab-preset-menu select")
+    chosen = menu.evaluate("select => select.value")  # the option's name (its text has no-break spaces)
     current = _readout(page)[0]
-    preset = next(p for p in budget_presets() if p.values != current)
-    page.locator(".lab-preset-menu select").select_option(label=preset.name)
+    preset = next(p for p in budget_presets() if p.name != chosen and p.values != current)
+    menu.select_option(label=preset.name)
     _wait_for_inputs(page, **preset.values)
     page.locator(f'.lab-preset[data-name="{preset.name}"]').wait_for()
     _assert_dashboard_shows_model(page, lab, preset.values)
