@@ -58,7 +58,8 @@ def main(argv=None) -> int:
 
     started = time.perf_counter()
     link = fitted_link(args.fresh_link)
-    print(f"link: {link.name}, alpha {link.alpha_us:.0f} us, busbw {link.busbw_GBps:.3g} GB/s ({link.source})")
+    print(f"link: {link.name}, alpha {link.alpha_us:.0f} us, busbw {link.busbw_GBps:.3g} GB/s ({link.source}; "
+          f"held-out median error of the fit {link.heldout_median_error:.0%})")
     widths = [dp.mlp_for_gradient_bytes(m * 2**20, args.depth) for m in sorted(args.sizes_mib)]
     configs = [dp.StepConfig(w, args.depth, args.batch, "single", steps=args.steps, warmup=args.warmup)
                for w in widths]
