@@ -296,24 +296,6 @@ def _row(lay: Layout, timing: dict, wrong: int, ctx, warmup: int) -> dict:
             "busbw_slowest_GBps": slowest, "iters": timing["iters"], "warmup": warmup_iters(lay.size_bytes, warmup)}
 
 
-def fit_timeout_to_deadline(deadline_unix: float | None) -> None:
-    """Let this rank's collectives give up at 80% of the time left before the launcher's deadline.
-
-    The launcher sets each collective's time-out when the ranks start; on a busy machine start-up
-    can eat much of the run's budget, and the peers of a hung rank would then still be waiting
-    when the launcher gives up, so it could not tell which rank hung. Best effort: skipped when
-    this torch lacks the setting.
-    """
-    if deadline_unix is None:
-        return
-    try:
-        from torch.distributed.distributed_c10d import _set_pg_timeout
-
-        _set_pg_timeout(_dt.timedelta(seconds=max(1.0, 0.8 * (deadline_unix - time.time()))))
-    except (ImportError, AttributeError, RuntimeError, ValueError):
-        pass
-
-
 def warm_up_op(op: str, sizes, dtype: str, ctx, warmup: int) -> None:
     """Untimed calls at the largest then the smallest size before an op's sweep, as nccl-tests
     does: connections, buffers and code paths are set up before the first size is timed."""
@@ -341,13 +323,12 @@ def pin_to_core(ctx) -> None:
 
 
 def sweep_worker(ctx, ops, sizes, dtype="float32", warmup=5, budget_ms=100.0, min_iters=3, max_iters=1000,
-                 check=True, fault_rank=-1, fault="none", deadline_unix=None) -> list[dict]:
+                 check=True, fault_rank=-1, fault="none") -> list[dict]:
     """Run in every rank: for each op and size, measure then check; returns the rows (same on all ranks).
 
     `fault` on rank `fault_rank`: "corrupt" (wrong result elements), "hang" or "crash" (at the
     first size), to show that the run fails loudly and names the rank.
     """
-    fit_timeout_to_deadline(deadline_unix)
     pin_to_core(ctx)
     rows = []
     plan = [(op, s) for op in ops for s in sizes]
@@ -563,7 +544,6 @@ def run_sweep(nproc: int = 2, backend: str = "auto", device: str = "auto", op="a
             rows = run_this_rank(sweep_worker, kwargs=kwargs, backend=choice.backend, device=choice.device,
                                  timeout_s=timeout_s, on_report=report)
         else:
-            kwargs["deadline_unix"] = time.time() + timeout_s
             rows = launch(sweep_worker, world, kwargs=kwargs, backend=choice.backend, device=choice.device,
                           timeout_s=timeout_s, threads_per_rank=default_threads(world), on_report=report)[0]
     finally:

@@ -148,7 +148,7 @@ def init_rank(backend: str, device: str, rank: int, world_size: int, local_rank:
     return RankContext(rank, world_size, local_rank, backend, dev, channel)
 
 
-def _child(rank, nproc, port, backend, device, threads, timeout_s, worker, args, kwargs, out_q, parent_pid):
+def _child(rank, nproc, port, backend, device, threads, deadline_unix, worker, args, kwargs, out_q, parent_pid):
     _die_with_parent()
     if os.getppid() != parent_pid:  # parent died before prctl took effect
         os._exit(1)
@@ -160,6 +160,9 @@ def _child(rank, nproc, port, backend, device, threads, timeout_s, worker, args,
 
     try:
         torch.set_num_threads(threads)
+        # Collectives give up at 80% of the time left, counted after start-up (slow on a busy
+        # machine): the peers of a hung rank then report before the launcher's deadline.
+        timeout_s = max(1.0, 0.8 * (deadline_unix - time.time()))
         ctx = init_rank(backend, device, rank, nproc, rank, timeout_s,
                         channel=lambda payload: out_q.put(("report", rank, payload)))
         out_q.put(("result", rank, worker(ctx, *args, **kwargs)))
@@ -203,12 +206,12 @@ def launch(worker: Callable, nproc: int, *, args: tuple = (), kwargs: dict | Non
     if not (timeout_s > 0):
         raise LabInputError(f"timeout_s={timeout_s!r} is outside the allowed range (0, inf) s")
     threads = threads_per_rank or default_threads(nproc)
-    collective_timeout_s = max(1.0, 0.8 * timeout_s)  # peers of a hung rank time out first
+    deadline_unix = time.time() + timeout_s
     ctx = mp.get_context("spawn")
     out_q = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_child, name=f"lab-rank{r}", daemon=True,
-                         args=(r, nproc, port, backend, device, threads, collective_timeout_s, worker, args,
+                         args=(r, nproc, port, backend, device, threads, deadline_unix, worker, args,
                                kwargs or {}, out_q, os.getpid()))
              for r in range(nproc)]
     results: dict[int, Any] = {}

@@ -304,7 +304,7 @@ def ddp_scaling_dashboard(gradient_bytes: float = 200e6, busbw_GBps: float | Non
     source = link.name if link is not None else "the article's 22 GB/s link"
     busbw_GBps = busbw_GBps if busbw_GBps is not None else (link.busbw_GBps if link else ARTICLE_BUSBW_GBps)
     alpha_us = alpha_us if alpha_us is not None else (link.alpha_us if link else 0.0)
-    style = {"style": {"description_width": "150px"}, "layout": w.Layout(width="430px"), "continuous_update": True}
+    style = {"style": {"description_width": "150px"}, "layout": w.Layout(width="430px"), "continuous_update": False}  # exact values, as the budget sliders
     sliders = {
         "gradient_bytes": w.FloatLogSlider(value=gradient_bytes, base=10, min=5, max=10.5, step=0.01,
                                            description="gradient (bytes)", readout_format=".3g", **style),
