@@ -1,0 +1,43 @@
+"""Every notebook follows the course's shape: goals first, the case announced, key figures recorded,
+exercises at the end checked by a labutils function."""
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+
+
+@pytest.fixture(params=NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def nb(request):
+    return nbformat.read(request.param, as_version=4)
+
+
+def test_opens_with_a_title_and_learning_goals(nb):
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("# ")
+    assert "learn" in first.source.lower()
+
+
+def test_announces_its_case_before_measuring(nb):
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert any("announce(" in src for src in code[:3]), "the case (CPU / one GPU / several) is said up front"
+
+
+def test_records_key_figures_for_the_instructor(nb):
+    assert any("record_figure(" in c.source for c in nb.cells if c.cell_type == "code")
+
+
+def test_ends_with_exercises_checked_by_labutils(nb):
+    heads = [i for i, c in enumerate(nb.cells)
+             if c.cell_type == "markdown" and re.search(r"^#+ .*exercise", c.source, re.I | re.M)]
+    assert heads, "an 'Exercises' section"
+    after = nb.cells[heads[-1]:]
+    calls = re.findall(r"\b(check_\w+)\(", "\n".join(c.source for c in after if c.cell_type == "code"))
+    assert calls, "the exercises are checked by a function"
+    import labutils  # noqa: F401 - the checkers live in the package, not in the notebook
+    defined_in_notebook = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    for name in calls:
+        assert f"def {name}(" not in defined_in_notebook, f"{name} must live in labutils"
