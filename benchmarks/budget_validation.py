@@ -56,7 +56,7 @@ def main() -> int:
 
     import pandas as pd
 
-    from labutils import tensor_parallel as tp
+    from labutils import validation as val
     from labutils.results import save_result
 
     hidden = [int(h) for h in args.hidden.split(",")]
@@ -66,9 +66,10 @@ def main() -> int:
     link = measured_link(args.reuse_link)
     print(f"link: {link.name}; latency {link.latency_ms * 1e3:.1f} us, busbw {link.busbw_GBps:.3f} GB/s "
           f"(held-out median error of the fit {link.heldout_median_error:.1%}); {link.source}")
-    frame = tp.measure([(args.batch, h) for h in hidden], 2, ("whole", "split"), quick=args.quick, timeout_s=900)
-    table = tp.validation_table(frame, link)
-    measured, predicted = tp.break_even(table), tp.break_even(table, "T2_pred_ms")
+    frame = val.measure([(args.batch, h) for h in hidden], 2, ("whole", "split"), quick=args.quick,
+                        timeout_s=900)
+    table = val.validation_table(frame, link)
+    measured, predicted = val.break_even(table), val.break_even(table, "T2_pred_ms")
     median_error = float(np.median(np.abs(table["rel_error"])))
 
     shown = table[["batch", "hidden", "C_ms", "eta_measured", "T1_ms", "T2_ms", "T2_pred_ms", "comm_ms",
@@ -77,8 +78,8 @@ def main() -> int:
         print(shown.to_string(index=False))
     print(f"median |predicted - measured| / measured of T2 over {len(table)} sizes: {median_error:.1%} "
           f"(target < {args.target:.0%})")
-    print(f"break-even, measured:  {tp.describe_break_even(measured)}")
-    print(f"break-even, predicted: {tp.describe_break_even(predicted)}")
+    print(f"break-even, measured:  {val.describe_break_even(measured)}")
+    print(f"break-even, predicted: {val.describe_break_even(predicted)}")
     print(f"best measured speedup: {table['speedup'].max():.2f}x; wall time {time.perf_counter() - started:.0f} s; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     save_result("budget_validation", table, {"link": link.name, "latency_ms": link.latency_ms,

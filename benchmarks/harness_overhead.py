@@ -18,9 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from labutils.collectives import format_table, overhead_worker, run_sweep, sweep_sizes  # noqa: E402
+from labutils.collectives import overhead_worker, run_sweep, sweep_sizes  # noqa: E402
 from labutils.fit import fit_alpha_beta  # noqa: E402
 from labutils.launch import launch  # noqa: E402
+from labutils.nccl_tests import format_table  # noqa: E402
 from labutils.units import format_size  # noqa: E402
 
 

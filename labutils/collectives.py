@@ -18,6 +18,7 @@ and broadcasts it (every rank must make the same calls), the timed loop (CUDA ev
 barrier + perf_counter on CPU, see labutils.timing), the mean time over ranks and the slowest
 rank, and then a correctness check on freshly filled buffers: every element of the result is
 compared with the exact expected value and mismatches are summed over ranks (`#wrong`).
+The table nccl-tests prints is written (and read back) by labutils.nccl_tests.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from labutils.launch import RankError, default_threads, launch, resolve_backend, run_this_rank, torchrun_env
+from labutils.progress import rank_progress
 from labutils.units import format_size, parse_size
 from labutils.validate import LabInputError, check_choice, check_int, check_range
 
@@ -61,16 +64,36 @@ def canonical_dtype(name: str) -> str:
     return check_choice("dtype", name, tuple(DTYPES))
 
 
-def bus_factor(op: str, world_size: int) -> float:
+def element_bytes(dtype: str) -> int:
+    """Bytes per element: float32 4, bfloat16 and float16 2, float64 8, ... (aliases accepted)."""
+    return DTYPES[canonical_dtype(dtype)][1]
+
+
+def torch_dtype(name: str):
+    """The torch dtype for a name of DTYPES or an alias ('half' -> torch.float16)."""
+    import torch
+
+    return getattr(torch, canonical_dtype(name))
+
+
+def bus_factor(op: str, world_size):
     """busbw / algbw for `op` on N ranks: 2(N-1)/N all_reduce, (N-1)/N all_gather and
-    reduce_scatter, 1 broadcast (nccl-tests). N=1 gives 0 for all but broadcast."""
+    reduce_scatter, 1 broadcast (nccl-tests). N=1 gives 0 for all but broadcast.
+
+    For all_reduce, 2(N-1)/N is also the share of the buffer each rank sends (and receives) in a
+    ring. A float for one N; numpy-vectorised over an array of N.
+    """
     check_choice("op", op, OPS)
-    n = check_int("world_size", world_size, low=1)
+    if np.ndim(world_size) == 0:
+        n = float(check_int("world_size", np.asarray(world_size).item(), low=1))
+    else:
+        check_range("world_size", world_size, low=1)
+        n = np.asarray(world_size, dtype=float)
     if op == "all_reduce":
         return 2.0 * (n - 1) / n
     if op in ("all_gather", "reduce_scatter"):
         return (n - 1) / n
-    return 1.0
+    return 1.0 if np.ndim(n) == 0 else np.ones_like(n)
 
 
 def bandwidths_GBps(op: str, size_bytes: float, time_us: float, world_size: int) -> tuple[float, float]:
@@ -99,7 +122,7 @@ def layout(op: str, size_bytes: int, dtype: str, world_size: int) -> Layout | No
 
     None when the size holds no element per rank (e.g. 4 bytes of float across 3 ranks).
     """
-    elem = DTYPES[canonical_dtype(dtype)][1]
+    elem = element_bytes(dtype)
     total = int(size_bytes) // elem
     if op in ("all_gather", "reduce_scatter"):
         per_rank = total // world_size
@@ -152,12 +175,6 @@ def check_busbw(answer_GBps: float, op: str, size_bytes: float, time_us: float, 
 
 # --- what runs in every rank ---------------------------------------------------------------------
 
-def _torch_dtype(name: str):
-    import torch
-
-    return getattr(torch, canonical_dtype(name))
-
-
 def fill(rank: int, count: int, dtype: str, device: str = "cpu", offset: int = 0):
     """Deterministic input of `rank`: element i holds (offset + i) % 8 + rank + 1.
 
@@ -167,7 +184,7 @@ def fill(rank: int, count: int, dtype: str, device: str = "cpu", offset: int = 0
     import torch
 
     idx = torch.arange(offset, offset + count, device=device, dtype=torch.int64)
-    return (idx % 8 + rank + 1).to(_torch_dtype(dtype))
+    return (idx % 8 + rank + 1).to(torch_dtype(dtype))
 
 
 def expected(lay: Layout, rank: int, device: str = "cpu"):
@@ -177,10 +194,10 @@ def expected(lay: Layout, rank: int, device: str = "cpu"):
     n, dtype = lay.world_size, lay.dtype
     if lay.op == "all_reduce":
         idx = torch.arange(lay.count, device=device, dtype=torch.int64)
-        return (n * (idx % 8) + n * (n + 1) // 2).to(_torch_dtype(dtype))
+        return (n * (idx % 8) + n * (n + 1) // 2).to(torch_dtype(dtype))
     if lay.op == "reduce_scatter":
         idx = torch.arange(rank * lay.per_rank, (rank + 1) * lay.per_rank, device=device, dtype=torch.int64)
-        return (n * (idx % 8) + n * (n + 1) // 2).to(_torch_dtype(dtype))
+        return (n * (idx % 8) + n * (n + 1) // 2).to(torch_dtype(dtype))
     if lay.op == "all_gather":
         return torch.cat([fill(r, lay.per_rank, dtype, device) for r in range(n)])
     return fill(ROOTS["broadcast"], lay.count, dtype, device)
@@ -191,12 +208,12 @@ def _buffers(lay: Layout, rank: int, device: str, filled: bool):
     import torch
 
     make = (lambda c: fill(rank, c, lay.dtype, device)) if filled else \
-        (lambda c: torch.zeros(c, dtype=_torch_dtype(lay.dtype), device=device))
+        (lambda c: torch.zeros(c, dtype=torch_dtype(lay.dtype), device=device))
     if lay.op == "all_gather":
-        return make(lay.per_rank), torch.empty(lay.per_rank * lay.world_size, dtype=_torch_dtype(lay.dtype),
+        return make(lay.per_rank), torch.empty(lay.per_rank * lay.world_size, dtype=torch_dtype(lay.dtype),
                                                device=device)
     if lay.op == "reduce_scatter":
-        return make(lay.per_rank * lay.world_size), torch.empty(lay.per_rank, dtype=_torch_dtype(lay.dtype),
+        return make(lay.per_rank * lay.world_size), torch.empty(lay.per_rank, dtype=torch_dtype(lay.dtype),
                                                                 device=device)
     buf = make(lay.count)
     return buf, buf  # all_reduce and broadcast work in place
@@ -345,7 +362,7 @@ def sweep_worker(ctx, ops, sizes, dtype="float32", warmup=5, budget_ms=100.0, mi
             wrong = count_wrong(lay, ctx, corrupt=(ctx.rank == fault_rank and fault == "corrupt")) if check else 0
             rows.append(_row(lay, timing, wrong, ctx, warmup))
         if ctx.rank == 0:
-            ctx.report({"done": i + 1, "total": len(plan), "op": op, "size_bytes": size})
+            ctx.report({"done": i + 1, "of": len(plan), "op": op, "size_bytes": size})
     return rows
 
 
@@ -385,7 +402,7 @@ def overhead_worker(ctx, sizes, budget_ms=100.0, rounds=3, warmup=5) -> list[dic
         rows.append({"size_bytes": lay.size_bytes, "harness_us": statistics.median(harness),
                      "bare_us": statistics.median(bare), "iters": iters})
         if ctx.rank == 0:
-            ctx.report({"done": len(rows), "total": len(sizes)})
+            ctx.report({"done": len(rows), "of": len(sizes)})
     return rows
 
 
@@ -493,14 +510,6 @@ def check_memory(max_bytes: int, nproc: int, device: str, ranks_here: int) -> No
                             f"but only {format_size(free)} is free; lower --max-bytes")
 
 
-def _progress_bar(total: int, desc: str, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="size", leave=False, file=sys.stderr)
-
-
 def run_sweep(nproc: int = 2, backend: str = "auto", device: str = "auto", op="all_reduce", min_bytes="1K",
               max_bytes="64M", factor: int = 2, dtype: str = "float32", warmup: int = 5, budget_ms: float = 100.0,
               min_iters: int = 3, max_iters: int = 1000, check: bool = True, timeout_s: float | None = None,
@@ -535,20 +544,15 @@ def run_sweep(nproc: int = 2, backend: str = "auto", device: str = "auto", op="a
     kwargs = dict(ops=ops, sizes=sizes, dtype=dtype, warmup=warmup, budget_ms=budget_ms, min_iters=min_iters,
                   max_iters=max_iters, check=check, fault_rank=fault_rank, fault=fault)
     is_main = env is None or env["rank"] == 0
-    bar = _progress_bar(len(ops) * len(sizes), f"{'+'.join(ops)} sweep ({choice.backend}, {world} ranks)",
-                        progress and is_main)
-    report = (lambda rank, payload: bar.update(payload["done"] - bar.n)) if bar is not None else None
     started = time.perf_counter()
-    try:
+    with rank_progress(len(ops) * len(sizes), f"{'+'.join(ops)} sweep ({choice.backend}, {world} ranks)",
+                       progress and is_main, unit="size") as report:
         if env:
             rows = run_this_rank(sweep_worker, kwargs=kwargs, backend=choice.backend, device=choice.device,
                                  timeout_s=timeout_s, on_report=report)
         else:
             rows = launch(sweep_worker, world, kwargs=kwargs, backend=choice.backend, device=choice.device,
                           timeout_s=timeout_s, threads_per_rank=default_threads(world), on_report=report)[0]
-    finally:
-        if bar is not None:
-            bar.close()
     frame = pd.DataFrame(rows, columns=COLUMNS + SWEEP_EXTRA)
     meta = sweep_meta(choice.backend, choice.device, world, choice.reason, ops=list(ops), dtype=dtype,
                       min_bytes=sizes[0], max_bytes=sizes[-1], factor=factor, warmup=warmup, budget_ms=budget_ms,
@@ -597,53 +601,6 @@ def compare_sweeps(frames: dict) -> pd.DataFrame:
     return table
 
 
-# --- the nccl-tests table --------------------------------------------------------------------------
-
-def _num(value: float, width: int) -> str:
-    """nccl-tests' number style: 2 decimals while they fit, then 1, 0, then exponent."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return f"{'N/A':>{width}}"
-    for text in (f"{value:.2f}", f"{value:.1f}", f"{value:.0f}"):
-        if len(text) <= width:
-            return f"{text:>{width}}"
-    return f"{value:>{width}.1e}"
-
-
-def format_table(frame: pd.DataFrame, meta: dict | None = None) -> str:
-    """The sweep as nccl-tests prints it: size, count, type, redop, root, time, algbw, busbw, #wrong,
-    then the "Out of bounds values" and "Avg bus bandwidth" lines."""
-    meta = meta or {}
-    lines = []
-    if meta.get("budget_ms") is not None:
-        lines.append(f"# labutils sweep: {meta.get('backend')} on {meta.get('device')}, {meta.get('world_size')} "
-                     f"rank(s), warm-up {meta.get('warmup')}, ~{meta.get('budget_ms')} ms timed per size")
-    if meta.get("backend_reason"):
-        lines.append(f"# backend: {meta['backend_reason']}")
-    lines.append("#")
-    lines.append(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  "
-                 f"{'algbw':>6}  {'busbw':>6}  {'#wrong':>6}")
-    lines.append(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  "
-                 f"{'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}")
-    several_ops = frame["op"].nunique() > 1 if len(frame) else False
-    op = None
-    for r in frame.to_dict("records"):
-        if several_ops and r["op"] != op:
-            op = r["op"]
-            lines.append(f"# --- {op}")
-        dtype = DTYPES.get(r["dtype"], (r["dtype"], 0))[0]
-        wrong = "N/A" if r["wrong"] is None or (isinstance(r["wrong"], float) and math.isnan(r["wrong"])) \
-            else f"{int(r['wrong'])}"
-        lines.append(f"{int(r['size_bytes']):>12}  {int(r['count']):>12}  {dtype:>8}  {r['redop']:>6}  "
-                     f"{int(r['root']):>6}  {_num(r['time_us'], 7)}  {_num(r['algbw_GBps'], 6)}  "
-                     f"{_num(r['busbw_GBps'], 6)}  {wrong:>6}")
-    bad = int((frame["wrong"].fillna(0) > 0).sum()) if len(frame) else 0
-    lines.append(f"# {'Out of bounds values':<20} : {bad} {'FAILED' if bad else 'OK'}")
-    avg = float(frame["busbw_GBps"].mean()) if len(frame) else math.nan
-    lines.append(f"# {'Avg bus bandwidth':<20} : {avg:g}")
-    lines.append("#")
-    return "\n".join(lines)
-
-
 # --- command line ------------------------------------------------------------------------------------
 
 def add_cli(subparsers) -> None:
@@ -672,18 +629,6 @@ def add_cli(subparsers) -> None:
     p.set_defaults(func=_cli_sweep)
 
 
-def emit(frame: pd.DataFrame, meta: dict | None, as_json: bool, as_csv: bool) -> None:
-    """Print rows as JSON records, CSV, or the nccl-tests table (shared with parse-nccl-tests)."""
-    if as_json:
-        from labutils.results import to_json
-
-        print(to_json(frame.to_dict("records")))
-    elif as_csv:
-        print(frame.to_csv(index=False), end="")
-    else:
-        print(format_table(frame, meta))
-
-
 def _cli_sweep(args) -> int:
     env = torchrun_env()
     is_main = env is None or env["rank"] == 0
@@ -702,6 +647,8 @@ def _cli_sweep(args) -> int:
         return 1
     if not is_main:
         return 1 if result.wrong else 0
+    from labutils.nccl_tests import emit  # nccl_tests reads collectives' tables: import it here, not above
+
     emit(result.frame, result.meta, args.json, args.csv)
     if not args.no_save:
         print(f"saved: {save_sweep(result)}", file=sys.stderr)

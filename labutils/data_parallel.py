@@ -34,13 +34,15 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import pandas as pd
 
+from labutils.collectives import agree_iters, bus_factor, element_bytes
+from labutils.fit import predict_comm_ms
 from labutils.units import format_size
 from labutils.validate import LabInputError, check_choice, check_int, check_range
 
 MODES = ("single", "ddp", "no_overlap")
 SECTIONS = ("forward_ms", "backward_ms", "wait_ms", "allreduce_ms", "optimizer_ms")
 FIRST_BUCKET_MB = 1.0  # DDP puts the last layers' gradients into a small first bucket (1 MiB)
-BYTES_PER_PARAM = 4  # float32
+BYTES_PER_PARAM = element_bytes("float32")
 
 
 # --- the model and its gradient size ---------------------------------------------------------
@@ -175,16 +177,12 @@ def _flat_gradients(model, device: str):
 
 
 def _agree_steps(cfg: StepConfig, device: str, warm_step_s: float) -> int:
-    """Rank 0 decides how many steps to time and broadcasts it: every rank runs the same count."""
-    import torch
-    import torch.distributed as dist
+    """Rank 0 decides how many steps to time and broadcasts it: every rank runs the same count.
 
-    steps = cfg.steps
-    if cfg.min_time_s > 0 and dist.get_rank() == 0:
-        steps = min(cfg.max_steps, max(cfg.steps, math.ceil(cfg.min_time_s / max(warm_step_s, 1e-6))))
-    count = torch.tensor([steps], dtype=torch.int64, device=device)
-    dist.broadcast(count, src=0)
-    return int(count[0])
+    min(max_steps, max(steps, ceil(min_time_s / warm_step_s))) with `min_time_s` > 0, else `steps`.
+    """
+    longest = cfg.max_steps if cfg.min_time_s > 0 else cfg.steps
+    return agree_iters(max(warm_step_s, 1e-6) * 1e3, cfg.min_time_s * 1e3, cfg.steps, longest, device)
 
 
 class _Step:
@@ -351,7 +349,7 @@ def train_worker(ctx, configs: list[StepConfig], ddp_reference: bool = True, int
             for index, step in steps.items():
                 if r < counts[index]:
                     timed[index].append(_time_one_step(step, ddp_reference and step.cfg.mode == "ddp"))
-            ctx.report({"round": r + 1, "of": max(counts.values())})
+            ctx.report({"done": r + 1, "of": max(counts.values())})
         for index, step in steps.items():
             rows += _finish_rows(step, _mean_over_ranks(timed[index], ctx.device), index, ctx)
     return rows
@@ -387,30 +385,18 @@ def measure(configs: list[StepConfig], nproc: int, backend: str = "auto", device
     with N GPUs, and not one rank that may use every core with N ranks that share them.
     """
     from labutils.launch import launch, resolve_backend
+    from labutils.progress import rank_progress
 
     nproc = check_int("nproc", nproc, low=1)
     if not configs:
         raise LabInputError("configs is empty: give at least one StepConfig")
     choice = resolve_backend(backend, device, nproc)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=max(c.steps for c in configs), desc=f"{nproc} rank(s), {choice.backend}/{choice.device}", leave=False)
-
-    def on_report(rank, payload):
-        if bar is not None and rank == 0:
-            bar.total = payload["of"]
-            bar.update(1)
-
-    try:
+    with rank_progress(max(c.steps for c in configs), f"{nproc} rank(s), {choice.backend}/{choice.device}",
+                       progress, unit="step") as on_report:
         results = launch(train_worker, nproc, args=(list(configs),),
                          kwargs={"ddp_reference": ddp_reference, "interleave": interleave},
                          backend=choice.backend, device=choice.device, timeout_s=timeout_s,
                          threads_per_rank=THREADS_PER_RANK, on_report=on_report)
-    finally:
-        if bar is not None:
-            bar.close()
     return pd.DataFrame(results[0])
 
 
@@ -442,31 +428,6 @@ def summarize(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 # --- prediction: pure functions (ms, bytes, decimal GB/s) --------------------------------------------
-
-def allreduce_factor(world_size):
-    """2(N-1)/N: the share of the buffer each rank sends (and receives) in a ring all-reduce."""
-    n = np.asarray(world_size, dtype=float)
-    return 2 * (n - 1) / n
-
-
-def predict_comm_ms(gradient_bytes, world_size, busbw_GBps, alpha_us=0.0, buckets=1):
-    """All-reduce time of a gradient in `buckets` pieces, ms:
-
-    buckets * alpha_us / 1e3 + 2(N-1)/N * gradient_bytes / (busbw_GBps * 1e6).
-    Zero for N = 1; infinite ("never") for a bandwidth of 0. Works on numpy arrays.
-    """
-    check_range("gradient_bytes", gradient_bytes, low=0, unit="bytes")
-    check_range("busbw_GBps", busbw_GBps, low=0, unit="GB/s")
-    check_range("world_size", world_size, low=1)
-    check_range("alpha_us", alpha_us, low=0, unit="us")
-    from labutils.fit import allreduce_time_ms
-
-    n = np.asarray(world_size, dtype=float)
-    wire = allreduce_time_ms(gradient_bytes, n, busbw_GBps)  # the article's T, inf for busbw 0
-    comm = np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3 + wire
-    comm = np.where(n > 1, comm, 0.0)
-    return float(comm) if comm.ndim == 0 else comm
-
 
 @dataclass(frozen=True)
 class StepPrediction:
@@ -532,7 +493,7 @@ def min_busbw_for_efficiency(gradient_bytes, compute_ms, world_size, efficiency=
     check_range("efficiency", efficiency, low=0, high=1, low_open=True)
     room_ms = np.asarray(compute_ms, float) * (1 / np.asarray(efficiency, float) - 1) \
         - np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3
-    need = allreduce_factor(world_size) * np.asarray(gradient_bytes, float) / 1e6
+    need = bus_factor("all_reduce", world_size) * np.asarray(gradient_bytes, float) / 1e6
     with np.errstate(divide="ignore", invalid="ignore"):
         bw = np.where(room_ms > 0, need / np.where(room_ms > 0, room_ms, 1.0), math.inf)
     bw = np.where(need == 0, 0.0, bw)
@@ -702,7 +663,7 @@ def max_hidden_gradient_bytes(backward_ms, busbw_GBps, world_size, alpha_us=0.0,
     Unlimited (inf) for N = 1; 0 when the latencies alone outlast backward.
     """
     room_ms = np.maximum(0.0, np.asarray(backward_ms, float) - np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3)
-    factor = allreduce_factor(world_size)
+    factor = bus_factor("all_reduce", world_size)
     with np.errstate(divide="ignore"):
         out = np.where(factor > 0, room_ms * np.asarray(busbw_GBps, float) * 1e6 / np.where(factor > 0, factor, 1), math.inf)
     return float(out) if out.ndim == 0 else out
@@ -716,7 +677,7 @@ def check_hidden_gradient(answer_bytes: float, backward_ms: float, busbw_GBps: f
     if close(right):
         return (f"Right: about {format_size(right)}B ({right:.3g} bytes). A larger gradient leaves part of its "
                 "all-reduce exposed even with perfect overlap.")
-    if close(right * allreduce_factor(world_size)):
+    if close(right * bus_factor("all_reduce", world_size)):
         return ("You let the whole buffer cross the link at busbw. Each rank moves 2(N-1)/N of it: "
                 "divide by that factor.")
     if compute_ms and close(right * compute_ms / backward_ms):

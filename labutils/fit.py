@@ -64,11 +64,28 @@ def allreduce_time_ms(size_bytes, world_size, busbw_GBps):
     200e6 bytes at 22 GB/s: N=2 -> 9.1 ms, N=8 -> 15.9 ms. N=1 sends nothing (0 ms);
     a busbw of zero answers math.inf ("never").
     """
-    factor = 2.0 * (np.asarray(world_size, dtype=float) - 1.0) / np.asarray(world_size, dtype=float)
+    factor = bus_factor("all_reduce", world_size)
     with np.errstate(divide="ignore", invalid="ignore"):
         t_ms = factor * np.asarray(size_bytes, dtype=float) / (np.asarray(busbw_GBps, dtype=float) * 1e6)
     t_ms = np.where(factor == 0, 0.0, t_ms)
     return float(t_ms) if np.ndim(t_ms) == 0 else t_ms
+
+
+def predict_comm_ms(size_bytes, world_size, busbw_GBps, alpha_us=0.0, buckets=1):
+    """All-reduce time of `size_bytes` sent in `buckets` pieces (one all-reduce each), ms:
+
+    buckets * alpha_us / 1e3 + 2(N-1)/N * size_bytes / (busbw_GBps * 1e6).
+    Zero for N = 1; infinite ("never") for a bandwidth of 0. Works on numpy arrays.
+    """
+    check_range("size_bytes", size_bytes, low=0, unit="bytes")
+    check_range("busbw_GBps", busbw_GBps, low=0, unit="GB/s")
+    check_range("world_size", world_size, low=1)
+    check_range("alpha_us", alpha_us, low=0, unit="us")
+    n = np.asarray(world_size, dtype=float)
+    wire = allreduce_time_ms(size_bytes, n, busbw_GBps)  # the article's T, inf for busbw 0
+    comm = np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3 + wire
+    comm = np.where(n > 1, comm, 0.0)
+    return float(comm) if comm.ndim == 0 else comm
 
 
 def predict_allreduce_us(size_bytes, world_size: int, fit: LinkFit):
@@ -78,11 +95,7 @@ def predict_allreduce_us(size_bytes, world_size: int, fit: LinkFit):
     N=1 is no communication at all and costs 0.
     """
     world_size = check_int("world_size", world_size, low=1)
-    check_range("size_bytes", size_bytes, low=0, unit="bytes")
-    if world_size == 1:
-        return np.zeros_like(np.asarray(size_bytes, dtype=float)) if np.ndim(size_bytes) else 0.0
-    t_us = fit.alpha_us + allreduce_time_ms(size_bytes, world_size, fit.busbw_GBps) * 1e3
-    return float(t_us) if np.ndim(t_us) == 0 else np.asarray(t_us)
+    return predict_comm_ms(size_bytes, world_size, fit.busbw_GBps, fit.alpha_us) * 1e3
 
 
 def latency_term_us(world_size, alpha_step_us: float, algorithm: str = "ring"):
@@ -110,7 +123,7 @@ def article_table(busbw_GBps: float = ARTICLE_BUSBW_GBps, size_bytes: float = AR
     """The article's example as a table: N, factor 2(N-1)/N, bandwidth-only all-reduce time (ms)."""
     n = np.asarray(world_sizes, dtype=float)
     return pd.DataFrame({"world_size": np.asarray(world_sizes, dtype=int),
-                         "factor": 2 * (n - 1) / n,
+                         "factor": bus_factor("all_reduce", n),
                          "time_ms": allreduce_time_ms(size_bytes, n, busbw_GBps)})
 
 
@@ -124,15 +137,18 @@ def _bus_bytes(frame: pd.DataFrame) -> np.ndarray:
 
 
 def _solve(x_bytes: np.ndarray, t_us: np.ndarray) -> tuple[float, float]:
-    """Least squares of t = a + b x in relative error (rows divided by t); a >= 0, b >= 0.
+    """Least squares of t = a + b x in relative error; a >= 0, b >= 0.
 
-    Returns (alpha_us, us_per_bus_byte).
+    With w = 1/t (per us) it minimises sum((a w + b x w - 1)^2), the squared relative errors.
+    When the best a is negative the optimum with a >= 0 lies on a = 0, where
+    d/db sum((b x w - 1)^2) = 0 gives b = sum(x w) / sum((x w)^2); when time does not grow with
+    size, b = 0 and a = sum(w) / sum(w^2). Returns (alpha_us, us_per_bus_byte).
     """
     w = 1.0 / t_us
     design = np.column_stack([w, x_bytes * w])
     (a, b), *_ = np.linalg.lstsq(design, np.ones_like(t_us), rcond=None)
     if a < 0:  # the fixed cost is too small to see: fit the bandwidth alone
-        a, b = 0.0, float(np.sum(x_bytes * w * w) / np.sum((x_bytes * w) ** 2))
+        a, b = 0.0, float(np.sum(x_bytes * w) / np.sum((x_bytes * w) ** 2))
     if b <= 1e-9 * a / max(float(np.max(x_bytes)), 1.0):  # time does not grow with size: latency only
         a, b = float(np.sum(w) / np.sum(w * w)), 0.0
     return float(a), float(b)
@@ -290,7 +306,8 @@ def check_allreduce_prediction(answer_ms: float, size_bytes: float, world_size: 
         return f"Right: {expected:.2f} ms. Doubling N from here barely changes it: the factor tends to 2."
     bare = size_bytes / (busbw_GBps * 1e6)
     if math.isclose(answer, bare, rel_tol=0.02):
-        return f"{answer:.2f} ms is bytes / busbw alone; multiply by the ring factor 2(N-1)/N = {2 * (world_size - 1) / world_size:.3f}."
+        return (f"{answer:.2f} ms is bytes / busbw alone; multiply by the ring factor 2(N-1)/N = "
+                f"{bus_factor('all_reduce', world_size):.3f}.")
     if math.isclose(answer, expected * 1e3, rel_tol=0.02) or math.isclose(answer, expected / 1e3, rel_tol=0.02):
         return "Check your units: GB/s is 1e9 bytes per second, and the answer is wanted in milliseconds."
     return (f"Not quite ({answer:.3g} ms). Compute factor = 2(N-1)/N, then factor * bytes / (busbw * 1e9) "

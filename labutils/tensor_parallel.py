@@ -24,6 +24,7 @@ from dataclasses import astuple, dataclass
 import numpy as np
 import pandas as pd
 
+from labutils.collectives import element_bytes, torch_dtype
 from labutils.validate import LabInputError, check_choice, check_int
 
 # --- 1. the toy split (exact integers) ----------------------------------------------------------
@@ -160,18 +161,8 @@ def check_toy_contribution(answer, x=((-1, 2),)) -> str:
 
 # --- 2. the Megatron-style MLP block ----------------------------------------------------------------
 
-DTYPES = ("float64", "float32", "bfloat16", "float16")
+DTYPES = ("float64", "float32", "bfloat16", "float16")  # the layer's dtypes (names: labutils.collectives)
 ACTIVATIONS = ("relu", "gelu")
-
-
-def torch_dtype(name: str):
-    import torch
-
-    return getattr(torch, check_choice("dtype", name, DTYPES))
-
-
-def element_bytes(dtype_name: str) -> int:
-    return {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}[check_choice("dtype", dtype_name, DTYPES)]
 
 
 @dataclass(frozen=True)

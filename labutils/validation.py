@@ -160,6 +160,7 @@ def measure(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str = "
     quick: 2 warm-up rounds and about 300 ms of repetitions (5..100) per size; else 5 and 2 s (15..400).
     """
     from labutils.launch import default_threads, launch
+    from labutils.progress import rank_progress
 
     nproc = check_int("nproc", nproc, low=1)
     for s in sizes:
@@ -169,18 +170,10 @@ def measure(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str = "
     kwargs = {"sizes": [astuple(as_size(s)) for s in sizes], "modes": modes, "chunks": chunks, "seed": seed,
               "dtype": dtype, "warmup": 2 if quick else 5, "min_reps": 5 if quick else 15,
               "max_reps": 100 if quick else 400, "target_ms": 300.0 if quick else 2000.0}
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(sizes), desc=f"{'+'.join(modes)} on {nproc} rank(s)", unit="size")
-    on_report = (lambda rank, msg: bar.update(1) if rank == 0 else None) if bar else None
-    try:
+    with rank_progress(len(sizes), f"{'+'.join(modes)} on {nproc} rank(s)", progress, unit="size",
+                       leave=True) as on_report:
         per_rank = launch(measure_worker, nproc, kwargs=kwargs, backend=backend, device=device, timeout_s=timeout_s,
                           threads_per_rank=threads_per_rank or default_threads(2), on_report=on_report)
-    finally:
-        if bar is not None:
-            bar.close()
     return pd.DataFrame([row for rows in per_rank for row in rows])
 
 

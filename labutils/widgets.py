@@ -296,8 +296,8 @@ def ddp_scaling_dashboard(gradient_bytes: float = 200e6, busbw_GBps: float | Non
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from labutils.data_parallel import predict_comm_ms, predicted_efficiency
-    from labutils.fit import ARTICLE_BUSBW_GBps, load_link
+    from labutils.data_parallel import predicted_efficiency
+    from labutils.fit import ARTICLE_BUSBW_GBps, load_link, predict_comm_ms
     from labutils.plots import apply_style, ddp_efficiency_curves, update_ddp_efficiency_curves
 
     link = load_link() if busbw_GBps is None or alpha_us is None else None

@@ -2,15 +2,16 @@
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 from labutils.collectives import (COLUMNS, OPS, SWEEP_EXTRA, WrongResultError, bandwidths_GBps, bus_factor,
-                                  check_busbw, expected, fill, format_table, layout, run_sweep, save_sweep,
-                                  sweep_sizes, warmup_iters)
+                                  check_busbw, expected, fill, layout, run_sweep, save_sweep, sweep_sizes,
+                                  warmup_iters)
 from labutils.launch import RankError
-from labutils.nccl_tests import parse_text
+from labutils.nccl_tests import format_table, parse_text
 from labutils.results import latest_result
 from labutils.validate import LabInputError
 
@@ -21,6 +22,16 @@ def test_bus_factors_are_nccl_tests(n, ar, ag):
     assert bus_factor("all_gather", n) == pytest.approx(ag)
     assert bus_factor("reduce_scatter", n) == pytest.approx(ag)
     assert bus_factor("broadcast", n) == 1.0
+
+
+def test_bus_factor_works_on_arrays_of_world_sizes():
+    sizes = [1, 2, 3, 4, 8]
+    for op in OPS:
+        assert list(bus_factor(op, np.array(sizes))) == pytest.approx([bus_factor(op, n) for n in sizes])
+    with pytest.raises(LabInputError, match="world_size"):
+        bus_factor("all_reduce", np.array([2, 0]))
+    with pytest.raises(LabInputError, match="world_size"):
+        bus_factor("all_reduce", 0)
 
 
 def test_bandwidths_decimal_GBps():

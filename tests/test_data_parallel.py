@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from labutils import data_parallel as dp
+from labutils.fit import predict_comm_ms
 from labutils.launch import launch
 from labutils.validate import LabInputError
 
@@ -31,7 +32,7 @@ def test_bad_inputs_name_the_parameter():
     with pytest.raises(LabInputError, match="mode"):
         dp.StepConfig(64, mode="fast")
     with pytest.raises(LabInputError, match="busbw_GBps"):
-        dp.predict_comm_ms(1e6, 2, -1)
+        predict_comm_ms(1e6, 2, -1)
     with pytest.raises(LabInputError, match="global_batch"):
         dp.rank_slice(7, 0, 2)
 
@@ -51,12 +52,12 @@ def test_bucket_count_follows_ddp_packing():
 
 def test_comm_formula_matches_the_article():
     # 200 MB on a 22 GB/s link: ~9 ms on 2 ranks, ~16 ms on 8
-    assert dp.predict_comm_ms(200e6, 2, 22) == pytest.approx(200e6 / 22e6, rel=1e-9)
-    assert dp.predict_comm_ms(200e6, 8, 22) == pytest.approx(1.75 * 200e6 / 22e6, rel=1e-9)
-    assert dp.predict_comm_ms(200e6, 1, 22, alpha_us=500, buckets=8) == 0.0
-    assert dp.predict_comm_ms(1e6, 2, 1, alpha_us=100, buckets=4) == pytest.approx(0.4 + 1.0)
-    assert math.isinf(dp.predict_comm_ms(1e6, 2, 0))
-    arr = dp.predict_comm_ms(np.array([1e6, 2e6]), 2, 1.0)
+    assert predict_comm_ms(200e6, 2, 22) == pytest.approx(200e6 / 22e6, rel=1e-9)
+    assert predict_comm_ms(200e6, 8, 22) == pytest.approx(1.75 * 200e6 / 22e6, rel=1e-9)
+    assert predict_comm_ms(200e6, 1, 22, alpha_us=500, buckets=8) == 0.0
+    assert predict_comm_ms(1e6, 2, 1, alpha_us=100, buckets=4) == pytest.approx(0.4 + 1.0)
+    assert math.isinf(predict_comm_ms(1e6, 2, 0))
+    arr = predict_comm_ms(np.array([1e6, 2e6]), 2, 1.0)
     assert np.allclose(arr, [1.0, 2.0])
 
 
@@ -93,7 +94,7 @@ def test_min_busbw_inverts_the_efficiency():
 def test_exercise_checkers_give_hints():
     hidden = dp.max_hidden_gradient_bytes(40.0, 1.0, 2)  # 40 ms of backward at 1 GB/s, factor 1
     assert hidden == pytest.approx(40e6)
-    assert dp.predict_comm_ms(hidden, 2, 1.0) == pytest.approx(40.0)
+    assert predict_comm_ms(hidden, 2, 1.0) == pytest.approx(40.0)
     assert dp.check_hidden_gradient(40e6, 40.0, 1.0, 2).startswith("Right")
     assert "2(N-1)/N" in dp.check_hidden_gradient(40e6 * 1.75, 40.0, 1.0, 8)
     assert "backward" in dp.check_hidden_gradient(60e6, 40.0, 1.0, 2, compute_ms=60.0)

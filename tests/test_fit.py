@@ -51,6 +51,20 @@ def test_relative_weighting_keeps_small_sizes_right():
     assert table["held_out"].sum() == 8 and table["rel_error"].median() < 0.06
 
 
+def test_bandwidth_only_fit_when_the_latency_comes_out_negative():
+    """Large sizes only: a pure-bandwidth law, and one that bends to a negative intercept."""
+    sizes = [2**20 * 2**k for k in range(8)]  # 1 MiB .. 128 MiB
+    pure = fit_alpha_beta(_sweep(0.0, 2.0, sizes=sizes))
+    assert pure.alpha_us == pytest.approx(0.0, abs=1e-6) and pure.busbw_GBps == pytest.approx(2.0, rel=1e-6)
+    assert pure.heldout_median_error < 1e-6
+    frame = _sweep(0.0, 2.0, sizes=sizes)
+    frame["time_us"] -= 20.0  # the straight line through these meets size 0 below zero
+    bent = fit_alpha_beta(frame)
+    assert bent.alpha_us == 0.0, "a negative fixed cost is clipped to zero"
+    assert bent.busbw_GBps == pytest.approx(2.0, rel=0.05)
+    assert bent.heldout_median_error < 0.05
+
+
 def test_other_collectives_fit_the_same_link():
     fit = fit_alpha_beta(_sweep(20.0, 5.0, n=4, op="all_gather"))
     assert fit.busbw_GBps == pytest.approx(5.0) and fit.alpha_us == pytest.approx(20.0)
