@@ -370,10 +370,10 @@ def overhead_worker(ctx, sizes, budget_ms=100.0, rounds=3, warmup=5) -> list[dic
     """Run in every rank: the harness's `measure` against a bare `dist.all_reduce` loop, per size.
 
     Both run `rounds` times, alternating which goes first, with the same iteration count; each
-    keeps its median round. Returns size_bytes, harness_us, bare_us (mean over ranks), iters.
+    keeps its fastest round (as timeit does: noise from other work only ever adds time, so the
+    minimum is the steadiest estimate of what each loop costs). Returns size_bytes, harness_us,
+    bare_us (mean over ranks), iters.
     """
-    import statistics
-
     import torch
     import torch.distributed as dist
 
@@ -399,8 +399,8 @@ def overhead_worker(ctx, sizes, budget_ms=100.0, rounds=3, warmup=5) -> list[dic
                 for _ in range(iters):
                     dist.all_reduce(buf)
                 bare.append(across_ranks((time.perf_counter() - start) / iters * 1e6, ctx.device).mean)
-        rows.append({"size_bytes": lay.size_bytes, "harness_us": statistics.median(harness),
-                     "bare_us": statistics.median(bare), "iters": iters})
+        rows.append({"size_bytes": lay.size_bytes, "harness_us": min(harness), "bare_us": min(bare),
+                     "iters": iters})
         if ctx.rank == 0:
             ctx.report({"done": len(rows), "of": len(sizes)})
     return rows
