@@ -15,13 +15,13 @@ from labutils.validate import LabInputError
 
 # Modules that contribute subcommands, in the order `--help` lists them.
 COMMAND_MODULES = [
-    "labutils.budget",
-    "labutils.runner",
-    "labutils.collectives",
-    "labutils.nccl_tests",
     "labutils.machine",
     "labutils.topology",
+    "labutils.collectives",
+    "labutils.nccl_tests",
+    "labutils.budget",
     "labutils.tensor_parallel",
+    "labutils.runner",
 ]
 
 

@@ -326,19 +326,6 @@ def warm_up_op(op: str, sizes, dtype: str, ctx, warmup: int) -> None:
             call()
 
 
-def pin_to_core(ctx) -> None:
-    """CPU ranks: bind rank i to core i when every local rank can have a core of its own.
-
-    Unpinned ranks migrate between cores and queue behind each other on a small machine; on a
-    2-core VM pinning cut gloo's small-message time from ~1.5 ms to ~0.35 ms and its jitter with it.
-    GPU ranks are left alone (their host threads belong near their GPU, which the OS knows best).
-    """
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if ctx.device == "cpu" and 1 < local <= len(cores):
-        os.sched_setaffinity(0, {cores[ctx.local_rank % len(cores)]})
-
-
 def sweep_worker(ctx, ops, sizes, dtype="float32", warmup=5, budget_ms=100.0, min_iters=3, max_iters=1000,
                  check=True, fault_rank=-1, fault="none") -> list[dict]:
     """Run in every rank: for each op and size, measure then check; returns the rows (same on all ranks).
@@ -346,7 +333,6 @@ def sweep_worker(ctx, ops, sizes, dtype="float32", warmup=5, budget_ms=100.0, mi
     `fault` on rank `fault_rank`: "corrupt" (wrong result elements), "hang" or "crash" (at the
     first size), to show that the run fails loudly and names the rank.
     """
-    pin_to_core(ctx)
     rows = []
     plan = [(op, s) for op in ops for s in sizes]
     for i, (op, size) in enumerate(plan):
@@ -379,7 +365,6 @@ def overhead_worker(ctx, sizes, budget_ms=100.0, rounds=3, warmup=5) -> list[dic
 
     from labutils.timing import across_ranks, barrier
 
-    pin_to_core(ctx)
     rows = []
     for size in sizes:
         lay = layout("all_reduce", size, "float32", ctx.world_size)

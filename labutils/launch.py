@@ -127,6 +127,20 @@ def _die_with_parent() -> None:
         pass
 
 
+def pin_to_core(device: str, local_rank: int, local_world: int) -> None:
+    """CPU ranks: bind this thread (the rank's compute) to core i when every local rank can have a
+    core of its own. Call it after the process group is up, so the backend's I/O threads stay free.
+
+    Unpinned ranks migrate between cores and queue behind each other on a small machine; on a
+    2-core VM pinning cut gloo's small-message time from ~1.5 ms to ~0.35 ms and its jitter with
+    it. Every CPU job is pinned the same way, so a link measured by the sweep is the link a split
+    layer or a training step later meets. GPU ranks are left alone.
+    """
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if device == "cpu" and 1 < local_world <= len(cores):
+        os.sched_setaffinity(0, {cores[local_rank % len(cores)]})
+
+
 def _device_for(backend: str, device: str, local_rank: int) -> str:
     if device == "cuda":
         import torch
@@ -165,6 +179,7 @@ def _child(rank, nproc, port, backend, device, threads, deadline_unix, worker, a
         timeout_s = max(1.0, 0.8 * (deadline_unix - time.time()))
         ctx = init_rank(backend, device, rank, nproc, rank, timeout_s,
                         channel=lambda payload: out_q.put(("report", rank, payload)))
+        pin_to_core(device, rank, nproc)  # after init: gloo's own threads keep every core
         out_q.put(("result", rank, worker(ctx, *args, **kwargs)))
         status = 0
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
@@ -319,6 +334,7 @@ def run_this_rank(worker: Callable, *, args: tuple = (), kwargs: dict | None = N
         raise LabInputError("not launched by torchrun: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are unset")
     channel = (lambda payload: on_report(env["rank"], payload)) if on_report else None
     ctx = init_rank(backend, device, env["rank"], env["world_size"], env["local_rank"], timeout_s, channel)
+    pin_to_core(device, env["local_rank"], int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     try:
         return worker(ctx, *args, **(kwargs or {}))
     finally:
