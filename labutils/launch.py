@@ -136,6 +136,8 @@ def pin_to_core(device: str, local_rank: int, local_world: int) -> None:
     it. Every CPU job is pinned the same way, so a link measured by the sweep is the link a split
     layer or a training step later meets. GPU ranks are left alone.
     """
+    if os.environ.get("LAB_PIN_CPU", "1") == "0":  # LAB_PIN_CPU=0 leaves placement to the OS
+        return
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if device == "cpu" and 1 < local_world <= len(cores):
         os.sched_setaffinity(0, {cores[local_rank % len(cores)]})
