@@ -112,7 +112,7 @@ def execute_notebook(path: Path, out_dir: Path, parameters: dict | None = None,
     import nbformat
     import papermill as pm
 
-    path, out_dir = Path(path), Path(out_dir)
+    path, out_dir = Path(path).resolve(), Path(out_dir).resolve()  # the kernel runs in the notebook's folder
     out_dir.mkdir(parents=True, exist_ok=True)
     out_path, html_path = out_dir / path.name, out_dir / f"{path.stem}.html"
     figures_file = out_dir / f".{path.stem}.figures.json"
@@ -121,8 +121,8 @@ def execute_notebook(path: Path, out_dir: Path, parameters: dict | None = None,
     env_before = dict(os.environ)
     os.environ["LAB_FIGURES_FILE"] = str(figures_file)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    if results_dir is not None:
-        os.environ["LAB_RESULTS_DIR"] = str(results_dir)
+    if results_dir is not None or os.environ.get("LAB_RESULTS_DIR"):
+        os.environ["LAB_RESULTS_DIR"] = str(Path(results_dir or os.environ["LAB_RESULTS_DIR"]).resolve())
     started = time.monotonic()
     failed_cell, error = None, ""  # the cell is located in the executed notebook below
     try:

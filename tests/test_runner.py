@@ -1,8 +1,10 @@
 """The instructor's run: failures reported with cell and error, the others still run, figures collected."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -36,10 +38,11 @@ def three_notebooks(tmp_path):
 
 @pytest.mark.notebook
 def test_failing_notebook_reported_others_still_run(three_notebooks, tmp_path):
-    out = tmp_path / "out"
+    out = tmp_path / "out"  # given as a relative path: the kernels run in the notebooks' folder
     proc = subprocess.run([sys.executable, "-m", "labutils", "run-notebooks", "--notebooks", str(three_notebooks),
-                           "--out", str(out), "--quick", "--param", "scale=2"],
-                          capture_output=True, text=True, timeout=240)
+                           "--out", "out", "--quick", "--param", "scale=2"],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "2/3 notebooks succeeded" in proc.stdout
     assert "02_bad: failed in cell 3 (\"raise RuntimeError('made to fail')\"): RuntimeError: made to fail" in proc.stdout
