@@ -260,17 +260,11 @@ class _Step:
 
 
 def _time_one_step(step: _Step, ddp_reference: bool) -> dict:
-    """Time one step after a barrier (synchronised clocks); returns its parts in ms.
+    """Time one step with the ranks lined up (timing.line_up: barrier, then one untimed step
+    when ranks communicate); returns its parts in ms."""
+    from labutils.timing import SectionTimer, line_up
 
-    Ranks leave a barrier up to a scheduler wake-up apart; a step timed straight after it would
-    charge that skew to its gradient all-reduce. So multi-rank steps first run one untimed step,
-    whose all-reduce lines the ranks up as consecutive training steps are.
-    """
-    from labutils.timing import SectionTimer, barrier
-
-    barrier(step.device)
-    if step.cfg.mode != "single":
-        step.run(None)
+    line_up(step.device, (lambda: step.run(None)) if step.cfg.mode != "single" else None)
     timer = SectionTimer(step.device)
     with timer.section("step_ms"):
         step.run(timer)

@@ -35,6 +35,19 @@ def barrier(device: str = "cpu") -> None:
         dist.barrier()
 
 
+def line_up(device: str = "cpu", untimed_step: Callable[[], object] | None = None) -> None:
+    """Start a timed repetition with every rank in step.
+
+    A barrier alone is not enough: ranks leave it up to a scheduler wake-up apart (milliseconds
+    on a busy CPU), and a step timed straight after it charges that skew to its first collective.
+    When `untimed_step` (a step that communicates) is given, it runs once, untimed, after the
+    barrier: its all-reduce lines the ranks up as consecutive layers or training steps are.
+    """
+    barrier(device)
+    if untimed_step is not None:
+        untimed_step()
+
+
 class _Clock:
     """Start/stop a device clock. Elapsed time in milliseconds after `elapsed_ms()`."""
 

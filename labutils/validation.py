@@ -54,15 +54,12 @@ def _once(ctx, mode: str, step):
     """One aligned repetition of `step`: StepTimes on the ranks taking part, None elsewhere.
 
     "whole" runs on rank 0 alone while the other ranks wait, idle, in the closing barrier.
-    Ranks leave a barrier up to a scheduler wake-up apart, and a step timed straight after it
-    would charge that skew to its all-reduce; so modes that communicate first run one untimed
-    step, whose all-reduce lines the ranks up as consecutive layers of a real model are.
+    Modes that communicate start after one untimed step (timing.line_up).
     """
-    from labutils.timing import barrier
+    from labutils.timing import barrier, line_up
 
-    barrier(ctx.device)
-    if mode in ("split", "overlap"):
-        timed_step(step, ctx.device)
+    communicates = mode in ("split", "overlap")
+    line_up(ctx.device, (lambda: timed_step(step, ctx.device)) if communicates else None)
     times = timed_step(step, ctx.device)[1] if mode != "whole" or ctx.rank == 0 else None
     if mode == "whole":
         barrier(ctx.device)

@@ -73,3 +73,12 @@ def test_resolve_backend_explains_its_choice():
         resolve_backend("mpi", "cpu", 2)
     with pytest.raises(LabInputError, match="nproc=0"):
         launch(ping_worker, 0)
+
+
+def test_line_up_runs_the_untimed_step_once_after_the_barrier():
+    from labutils.timing import line_up
+
+    calls = []
+    line_up("cpu", lambda: calls.append("step"))
+    line_up("cpu")
+    assert calls == ["step"]
