@@ -6,6 +6,10 @@ PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 OUT ?= out
 ARGS ?=
+# `make lab PORT=8899 IP=...`: set on the command line only (`:=`, so a PORT or IP variable in the
+# environment of a cloud container never moves or exposes the lab).
+PORT := 8888
+IP := 127.0.0.1
 
 .PHONY: setup run quick test lab bench clean
 
@@ -38,9 +42,10 @@ quick: setup
 test: setup
 	$(PY) -m pytest $(ARGS)
 
-## JupyterLab on notebooks/, bound to localhost, token kept on.
+## JupyterLab on notebooks/, bound to 127.0.0.1, token kept on (--allow-root added for root);
+## prints the URL with its token and the SSH tunnel command for a laptop.
 lab: setup
-	$(PY) -m jupyter lab --ip 127.0.0.1 --no-browser --notebook-dir notebooks
+	$(PY) -m labutils lab --ip '$(IP)' --port '$(PORT)'
 
 ## Every benchmark script, one after another (run on a quiet machine); fails if any target was missed.
 bench: setup

@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "labutils.budget",
     "labutils.tensor_parallel",
     "labutils.runner",
+    "labutils.lab",
 ]
 
 

@@ -1,9 +1,10 @@
 """JupyterLab in headless Chromium for the browser tests: a server, a browser, and a few page moves.
 
-The server runs on 127.0.0.1 at a free port with a token, temporary settings, workspace, runtime
-and data directories, and the notebooks of a temporary folder as its root. The browser is Debian's
-`chromium` driven by Playwright (never a downloaded one) with a fresh profile. Both are stopped
-by their context managers, together with every process they started.
+The server runs with `make lab`'s command line (127.0.0.1, token on) at a free port, with temporary
+settings, workspace, runtime and data directories, and the notebooks of a temporary folder as its
+root. The browser is Debian's `chromium` driven by Playwright (never a downloaded one) with a
+fresh profile. Both are stopped by their context managers, together with every process they
+started.
 """
 
 from __future__ import annotations
@@ -11,15 +12,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import socket
 import subprocess
 import sys
-import time
-import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from labutils.lab import LabNotStarted, lab_command, stop_lab, wait_for_lab
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -93,66 +93,14 @@ def _write_settings(settings_dir: Path) -> None:
         path.write_text(json.dumps(values), encoding="utf-8")
 
 
-def _wait_until_answers(url: str, token: str, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"JupyterLab exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.25)
-    raise RuntimeError(f"JupyterLab did not answer within {SERVER_START_S:.0f} s:\n{log.read_text()[-3000:]}")
-
-
-def _descendants(pid: int) -> list:
-    import psutil
-
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _stop_processes(process: subprocess.Popen, url: str, token: str) -> None:
-    """Ask the server to shut down (it stops its kernels), then end whatever is left."""
-    import psutil
-
-    children = _descendants(process.pid)
-    with contextlib.suppress(OSError, urllib.error.URLError):
-        request = urllib.request.Request(f"{url}/api/shutdown?token={token}", method="POST")
-        urllib.request.urlopen(request, timeout=5).close()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-    for child in children:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            child.terminate()
-    _, alive = psutil.wait_procs(children, timeout=5)
-    for child in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            child.kill()
-
-
 @contextlib.contextmanager
 def jupyter_lab(root_dir: Path, work_dir: Path, extra_env: dict | None = None):
-    """Start JupyterLab on `root_dir`, yield a LabServer once it answers, always stop it.
+    """Start JupyterLab on `root_dir` as `make lab` does, yield a LabServer once it answers, always
+    stop it with every process it started (labutils.lab: the command, the wait, the stop).
 
     `extra_env` is added to the server's environment, which its kernels inherit (a None value
     removes that variable).
     """
-    token = secrets.token_hex(16)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     dirs = {name: work_dir / name for name in ("settings", "workspaces", "runtime", "data", "config")}
     for path in dirs.values():
         path.mkdir(parents=True, exist_ok=True)
@@ -165,23 +113,22 @@ def jupyter_lab(root_dir: Path, work_dir: Path, extra_env: dict | None = None):
                JUPYTER_CONFIG_DIR=str(dirs["config"]),
                PYTHONUNBUFFERED="1", **(extra_env or {}))
     env = {key: value for key, value in env.items() if value is not None}  # None: leave it out
-    command = [sys.executable, "-m", "jupyter", "lab", "--no-browser",
-               "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-               "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-               f"--ServerApp.root_dir={root_dir}",
-               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        command.append("--allow-root")
+    # `make lab`'s own command line, plus no update checks
+    command = lab_command(sys.executable, root_dir, uid=os.geteuid(), port=free_port()) + [
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     log = work_dir / "jupyterlab.log"
     with open(log, "wb") as log_file:
         process = subprocess.Popen(command, cwd=root_dir, env=env, stdout=log_file,
                                    stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_until_answers(url, token, process, log)
-        yield LabServer(url=url, token=token, root_dir=root_dir, runtime_dir=dirs["runtime"],
-                        process=process)
+        try:
+            info = wait_for_lab(process, dirs["runtime"], SERVER_START_S)
+        except LabNotStarted as err:
+            raise RuntimeError(f"{err}:\n{log.read_text()[-3000:]}") from None
+        yield LabServer(url=info.root_url().rstrip("/"), token=info.token, root_dir=root_dir,
+                        runtime_dir=dirs["runtime"], process=process)
     finally:
-        _stop_processes(process, url, token)
+        stop_lab(process)
 
 
 @contextlib.contextmanager
