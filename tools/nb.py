@@ -3,6 +3,7 @@
     python tools/nb.py build SRC.py notebooks/NN_name.ipynb   # percent-format script -> clean notebook
     python tools/nb.py export notebooks/NN_name.ipynb SRC.py  # notebook -> percent-format script, to edit
     python tools/nb.py clean notebooks/*.ipynb                 # strip outputs, counts, extra metadata
+    python tools/nb.py first-cell notebooks/*.ipynb            # (re)write the setup cell from tools/first_cell.py
 
 Percent format: `# %% [markdown]` starts a markdown cell (each line prefixed with "# "),
 `# %%` a code cell, and `# %% tags=["parameters"]` the papermill parameters cell.
@@ -18,6 +19,8 @@ from pathlib import Path
 import nbformat
 
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+FIRST_CELL = Path(__file__).resolve().with_name("first_cell.py")  # the setup cell's one source
+SETUP_TAG = "lab-setup"
 
 
 def _finish(cells, kind, tags, lines):
@@ -79,6 +82,28 @@ def clean(path: Path) -> None:
     nbformat.write(nb, path)
 
 
+def first_cell(path: Path) -> bool:
+    """Make the notebook's first code cell the setup cell of tools/first_cell.py, tagged lab-setup.
+
+    Any earlier setup cell is removed and the current one goes just before the first other code
+    cell, so running it again changes nothing. Returns whether the file was rewritten.
+    """
+    text = FIRST_CELL.read_text(encoding="utf-8").strip("\n")
+    nb = nbformat.read(path, as_version=4)
+    before = nbformat.writes(nb)
+    old = [c for c in nb.cells if SETUP_TAG in c.metadata.get("tags", [])]
+    nb.cells = [c for c in nb.cells if SETUP_TAG not in c.metadata.get("tags", [])]
+    at = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
+    cell = nbformat.v4.new_code_cell(text, metadata={"tags": [SETUP_TAG]})
+    cell["id"] = old[0].get("id", SETUP_TAG) if old else SETUP_TAG
+    nb.cells.insert(at, cell)
+    nbformat.validate(nb)
+    if nbformat.writes(nb) == before:
+        return False
+    nbformat.write(nb, path)
+    return True
+
+
 if __name__ == "__main__":
     cmd, *rest = sys.argv[1:] or ["help"]
     if cmd == "build" and len(rest) == 2:
@@ -88,5 +113,8 @@ if __name__ == "__main__":
     elif cmd == "clean" and rest:
         for p in rest:
             clean(Path(p))
+    elif cmd == "first-cell" and rest:
+        for p in rest:
+            print(p, "updated" if first_cell(Path(p)) else "already up to date")
     else:
         sys.exit(__doc__)
