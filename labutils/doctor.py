@@ -494,9 +494,9 @@ def diagnose(topo: Topology | None, gpus=None, facts: MachineFacts | None = None
                          f"so the band is taken at gen {gen_max} x{width_max}")
             band = band_max
     verdict = _verdict(measured, band)
-    case = _Inputs(topo, group, code, (worst.a, worst.b), band, verdict, facts, pci, pci_gpus, env, measurement, idle,
-                 pcie_band(gen_max, width_max) if idle else pcie_band(gen_now, width_now))
-    causes = _rank([c for c in _causes(case) if c is not None], verdict)
+    inputs = _Inputs(topo, group, code, (worst.a, worst.b), band, verdict, facts, pci, pci_gpus, env, measurement,
+                     idle, pcie_band(gen_max, width_max) if idle else pcie_band(gen_now, width_now))
+    causes = _rank([c for c in _causes(inputs) if c is not None], verdict)
     if verdict == ABOVE:
         notes.append("busbw above the wire: check the formula (busbw = algbw x 2(N-1)/N for all_reduce; decimal "
                      "GB/s) and, on NVSwitch machines, NVLink SHARP (NVLS) reducing in the switch: compare with "
@@ -590,8 +590,9 @@ def _env_blocks_p2p(c: _Inputs) -> list[str]:
 
 @dataclass(frozen=True)
 class _Staging:
-    """Does NCCL copy through host memory (SHM) instead of GPU to GPU? `shown` by the p2p matrix,
-    the environment or the log; `inferred` from consumer GPU names; `why` in words."""
+    """Does NCCL copy through host memory (SHM) instead of GPU to GPU? `shown` by the p2p matrix
+    (`false_pairs`), the environment (`env`, sentences) or the log (`log_shm`); `inferred` from
+    consumer GPU names (`geforce`, indices)."""
 
     shown: bool
     inferred: bool
