@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "labutils.topology",
     "labutils.collectives",
     "labutils.nccl_tests",
+    "labutils.doctor",
     "labutils.budget",
     "labutils.tensor_parallel",
     "labutils.runner",
