@@ -32,6 +32,11 @@ process group is up). The rules, in order:
 7. **`pin=False`** (`LAB_PIN_CPU=0`): the same thread count, no affinity; every rank may run on
    every CPU.
 
+GPU ranks are placed the same way (their host-side work, gloo's staging copies and reductions
+included, runs on these cores). The plan does not yet look at which NUMA node each GPU hangs off
+(`nvidia-smi topo -m`'s NUMA affinity): on a two-socket machine with GPUs on both sockets some
+ranks may sit on the far node; `LAB_PIN_CPU=0` hands placement back to the system there.
+
 Why the launcher does not pin the whole process to the rank's set: the threads alive when the
 group is up are torch.distributed's (gloo's `pt_gloo_runloop` workers run a collective's
 reduction, `gloo_tcp_loop` its socket I/O; rank 0 also serves the TCP store), and a collective
