@@ -22,7 +22,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from labutils.placement import pin_rank, set_rank_threads
+from labutils.placement import machine_placement, pin_rank, set_rank_threads
 from labutils.validate import LabInputError, check_choice, check_int
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -117,8 +117,6 @@ def free_port(host: str = "127.0.0.1") -> int:
 def default_threads(nproc: int) -> int:
     """Torch threads per rank for `nproc` local ranks on this machine: the placement plan's
     (labutils.placement: one per physical core of the rank's own set, capped, headroom kept)."""
-    from labutils.placement import machine_placement
-
     return machine_placement(nproc).threads_per_rank
 
 
@@ -213,8 +211,6 @@ def launch(worker: Callable, nproc: int, *, args: tuple = (), kwargs: dict | Non
     plans as for N ranks and runs the first `nproc` of them: a one-rank baseline then gets the
     same CPUs and threads as rank 0 of the N-rank run it is compared with.
     """
-    from labutils.placement import machine_placement
-
     nproc = check_int("nproc", nproc, low=1)
     if not (timeout_s > 0):
         raise LabInputError(f"timeout_s={timeout_s!r} is outside the allowed range (0, inf) s")
@@ -328,8 +324,6 @@ def run_this_rank(worker: Callable, *, args: tuple = (), kwargs: dict | None = N
     placement as in `launch`, planned for LOCAL_WORLD_SIZE ranks, this one being LOCAL_RANK.
     """
     import torch.distributed as dist
-
-    from labutils.placement import machine_placement
 
     env = torchrun_env()
     if env is None:

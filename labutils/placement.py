@@ -16,12 +16,13 @@ process group is up). The rules, in order:
    I/O threads, the launcher and the notebook kernel run there instead of on a rank's cores.
    It is never kept at the cost of a rank without a core; `reserve_cores` overrides it.
 5. **Threads per rank** = (usable - reserve) // ranks, capped at `MAX_THREADS_PER_RANK` (8).
-   The lab's CPU layers are small (hidden <= 1024, 06 and 07's models): an op is split over
-   threads only above torch's grain of 32768 elements, and a (64 x 1024) @ (1024 x 4096) matmul
-   already takes about a millisecond on 8 cores, where fork/join and memory traffic, not
-   arithmetic, set its time. 8 is also one L3 slice (core complex) of current AMD EPYC parts,
-   so a rank's threads share one cache. Beyond that extra threads add jitter, not speed, so a
-   96-core machine still runs 2 ranks of 8 threads. Asking for a count (`threads_per_rank`, or
+   The lab's CPU layers are small (hidden <= 1024, 06 and 07's models): an elementwise op is
+   split over threads only above torch's grain of 32768 elements, and the largest matmul, a
+   (64 x 1024) @ (1024 x 4096) of 0.54 GFLOP, took 6 ms on one core of the 2-core test machine
+   (89 GFLOP/s): under a millisecond on 8 cores even at perfect scaling, where fork/join and
+   memory traffic weigh as much as the arithmetic. 8 is also one L3 slice (core complex) of
+   current AMD EPYC parts, so a rank's threads share one cache. Beyond that extra threads add
+   jitter rather than speed, so a 96-core machine still runs 2 ranks of 8 threads. Asking for a count (`threads_per_rank`, or
    `LAB_THREADS_PER_RANK` for the launcher) replaces the default and the cap; it is used when
    it fits (the headroom gives way first), else the most that fits, and the explanation says so.
 6. **NUMA, packed:** ranks in order take their cores from the lowest NUMA node that still has
@@ -36,6 +37,11 @@ GPU ranks are placed the same way (their host-side work, gloo's staging copies a
 included, runs on these cores). The plan does not yet look at which NUMA node each GPU hangs off
 (`nvidia-smi topo -m`'s NUMA affinity): on a two-socket machine with GPUs on both sockets some
 ranks may sit on the far node; `LAB_PIN_CPU=0` hands placement back to the system there.
+
+Why pin at all: unpinned ranks migrate between cores and queue behind each other; on a 2-core
+VM pinning cut gloo's small-message time from about 1.5 ms to 0.35 ms, and its jitter with it.
+Every job is placed the same way, so the link a sweep measures is the link a split layer or a
+training step later meets.
 
 Why the launcher does not pin the whole process to the rank's set: the threads alive when the
 group is up are torch.distributed's (gloo's `pt_gloo_runloop` workers run a collective's
