@@ -571,6 +571,12 @@ def main(argv=None) -> int:
         return run_child(args)
     print(f"gpu_check on {machine['cpu_cores']} cores, {machine['gpu_count']} GPU(s), device {args.device}, "
           f"budget {args.budget_s:.0f} s" + (", quick" if args.quick else ""))
+    try:
+        from labutils.placement import machine_placement
+
+        print(f"CPU placement for 2 ranks: {machine_placement(2).explanation}")
+    except Exception as exc:  # noqa: BLE001 - a bad LAB_THREADS_PER_RANK, say, is reported, not fatal here
+        print(f"CPU placement: {exc}")
     if args.device == "cuda" and machine["gpu_count"] == 0:
         print("FAIL: nvidia-smi is here but torch sees no CUDA GPU (a CPU build of torch, or a driver mismatch)")
         return 1
@@ -590,14 +596,19 @@ def main(argv=None) -> int:
     args.out = Path(args.out).resolve()
     deadline = time.monotonic() + args.budget_s
     runs, facts = [], dict(machine)
-    for number in args.steps:
-        step = STEPS[number]
-        print(f"\n== {number}. {step.title}", flush=True)
-        run = run_step(step, args, deadline - time.monotonic())
-        if run.status == "SKIP":
-            print(f"  {run.detail}")
-        facts.update(run.facts)
-        runs.append(run)
+    try:
+        for number in args.steps:
+            step = STEPS[number]
+            print(f"\n== {number}. {step.title}", flush=True)
+            run = run_step(step, args, deadline - time.monotonic())
+            if run.status == "SKIP":
+                print(f"  {run.detail}")
+            facts.update(run.facts)
+            runs.append(run)
+    except KeyboardInterrupt:
+        print(format_report(runs, evaluate_targets(facts)))
+        print("interrupted: the steps above ran, every process this check started was stopped")
+        return 130
     targets = evaluate_targets(facts)
     print(format_report(runs, targets))
     if 5 in args.steps:
