@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from labutils.launch import RankError, default_threads, launch, resolve_backend, run_this_rank, torchrun_env
+from labutils.launch import RankError, launch, resolve_backend, run_this_rank, torchrun_env
+from labutils.placement import machine_placement
 from labutils.progress import rank_progress
 from labutils.units import format_size, parse_size
 from labutils.validate import LabInputError, check_choice, check_int, check_range
@@ -537,11 +538,12 @@ def run_sweep(nproc: int = 2, backend: str = "auto", device: str = "auto", op="a
                                  timeout_s=timeout_s, on_report=report)
         else:
             rows = launch(sweep_worker, world, kwargs=kwargs, backend=choice.backend, device=choice.device,
-                          timeout_s=timeout_s, threads_per_rank=default_threads(world), on_report=report)[0]
+                          timeout_s=timeout_s, on_report=report)[0]
     frame = pd.DataFrame(rows, columns=COLUMNS + SWEEP_EXTRA)
     meta = sweep_meta(choice.backend, choice.device, world, choice.reason, ops=list(ops), dtype=dtype,
                       min_bytes=sizes[0], max_bytes=sizes[-1], factor=factor, warmup=warmup, budget_ms=budget_ms,
                       min_iters=min_iters, max_iters=max_iters, launcher="torchrun" if env else "spawn",
+                      cpu_placement=machine_placement(local).explanation,
                       wall_s=round(time.perf_counter() - started, 3),
                       avg_busbw_GBps=float(frame["busbw_GBps"].mean()) if len(frame) else math.nan)
     result = SweepResult(frame, meta)

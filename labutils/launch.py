@@ -22,6 +22,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from labutils.placement import machine_placement, pin_rank, set_rank_threads
 from labutils.validate import LabInputError, check_choice, check_int
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -114,8 +115,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def default_threads(nproc: int) -> int:
-    """CPU threads per rank so that `nproc` ranks do not oversubscribe this machine's cores."""
-    return max(1, (os.cpu_count() or 1) // max(1, nproc))
+    """Torch threads per rank for `nproc` local ranks on this machine: the placement plan's
+    (labutils.placement: one per physical core of the rank's own set, capped, headroom kept)."""
+    return machine_placement(nproc).threads_per_rank
 
 
 def _die_with_parent() -> None:
@@ -125,22 +127,6 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:  # pragma: no cover - not Linux
         pass
-
-
-def pin_to_core(device: str, local_rank: int, local_world: int) -> None:
-    """CPU ranks: bind this thread (the rank's compute) to core i when every local rank can have a
-    core of its own. Call it after the process group is up, so the backend's I/O threads stay free.
-
-    Unpinned ranks migrate between cores and queue behind each other on a small machine; on a
-    2-core VM pinning cut gloo's small-message time from ~1.5 ms to ~0.35 ms and its jitter with
-    it. Every CPU job is pinned the same way, so a link measured by the sweep is the link a split
-    layer or a training step later meets. GPU ranks are left alone.
-    """
-    if os.environ.get("LAB_PIN_CPU", "1") == "0":  # LAB_PIN_CPU=0 leaves placement to the OS
-        return
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if device == "cpu" and 1 < local_world <= len(cores):
-        os.sched_setaffinity(0, {cores[local_rank % len(cores)]})
 
 
 def _device_for(backend: str, device: str, local_rank: int) -> str:
@@ -164,7 +150,7 @@ def init_rank(backend: str, device: str, rank: int, world_size: int, local_rank:
     return RankContext(rank, world_size, local_rank, backend, dev, channel)
 
 
-def _child(rank, nproc, port, backend, device, threads, deadline_unix, worker, args, kwargs, out_q, parent_pid):
+def _child(rank, nproc, port, backend, device, placement, deadline_unix, worker, args, kwargs, out_q, parent_pid):
     _die_with_parent()
     if os.getppid() != parent_pid:  # parent died before prctl took effect
         os._exit(1)
@@ -175,13 +161,13 @@ def _child(rank, nproc, port, backend, device, threads, deadline_unix, worker, a
     import torch.distributed as dist
 
     try:
-        torch.set_num_threads(threads)
+        set_rank_threads(placement)
         # Collectives give up at 80% of the time left, counted after start-up (slow on a busy
         # machine): the peers of a hung rank then report before the launcher's deadline.
         timeout_s = max(1.0, 0.8 * (deadline_unix - time.time()))
         ctx = init_rank(backend, device, rank, nproc, rank, timeout_s,
                         channel=lambda payload: out_q.put(("report", rank, payload)))
-        pin_to_core(device, rank, nproc)  # after init: gloo's own threads keep every core
+        pin_rank(placement, rank)  # after init: see labutils.placement on gloo's threads
         out_q.put(("result", rank, worker(ctx, *args, **kwargs)))
         status = 0
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
@@ -197,6 +183,7 @@ def _child(rank, nproc, port, backend, device, threads, deadline_unix, worker, a
 
 
 def _stop_all(procs) -> None:
+    procs = [p for p in procs if p.pid is not None]  # a failed start leaves some never started
     for p in procs:
         if p.is_alive():
             p.terminate()
@@ -211,24 +198,30 @@ def _stop_all(procs) -> None:
 
 def launch(worker: Callable, nproc: int, *, args: tuple = (), kwargs: dict | None = None,
            backend: str = "gloo", device: str = "cpu", timeout_s: float = 300.0,
-           threads_per_rank: int | None = None,
+           threads_per_rank: int | None = None, like_ranks: int | None = None,
            on_report: Callable[[int, Any], None] | None = None) -> list:
     """Run `worker(ctx, *args, **kwargs)` on `nproc` local ranks; return the results by rank.
 
     Ranks rendezvous on 127.0.0.1 at a free port. `timeout_s` bounds the whole run (and each
     collective). Raises RankError naming the rank that raised, crashed or hung; every child
     process is stopped before this function returns or raises, Ctrl-C included.
+
+    CPU placement (labutils.placement.machine_placement): every rank gets a set of cores of its
+    own and one torch thread per core, `threads_per_rank` of them when given. `like_ranks=N`
+    plans as for N ranks and runs the first `nproc` of them: a one-rank baseline then gets the
+    same CPUs and threads as rank 0 of the N-rank run it is compared with.
     """
     nproc = check_int("nproc", nproc, low=1)
     if not (timeout_s > 0):
         raise LabInputError(f"timeout_s={timeout_s!r} is outside the allowed range (0, inf) s")
-    threads = threads_per_rank or default_threads(nproc)
+    plan_ranks = nproc if like_ranks is None else check_int("like_ranks", like_ranks, low=nproc)
+    placement = machine_placement(plan_ranks, threads_per_rank)
     deadline_unix = time.time() + timeout_s
     ctx = mp.get_context("spawn")
     out_q = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_child, name=f"lab-rank{r}", daemon=True,
-                         args=(r, nproc, port, backend, device, threads, deadline_unix, worker, args,
+                         args=(r, nproc, port, backend, device, placement, deadline_unix, worker, args,
                                kwargs or {}, out_q, os.getpid()))
              for r in range(nproc)]
     results: dict[int, Any] = {}
@@ -327,7 +320,8 @@ def run_this_rank(worker: Callable, *, args: tuple = (), kwargs: dict | None = N
                   on_report: Callable[[int, Any], None] | None = None):
     """Under torchrun: join the job as the rank the environment names, run `worker`, return its result.
 
-    Single node or several (`torchrun --nnodes 2 ...`); the rendezvous comes from env://.
+    Single node or several (`torchrun --nnodes 2 ...`); the rendezvous comes from env://. CPU
+    placement as in `launch`, planned for LOCAL_WORLD_SIZE ranks, this one being LOCAL_RANK.
     """
     import torch.distributed as dist
 
@@ -335,8 +329,10 @@ def run_this_rank(worker: Callable, *, args: tuple = (), kwargs: dict | None = N
     if env is None:
         raise LabInputError("not launched by torchrun: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are unset")
     channel = (lambda payload: on_report(env["rank"], payload)) if on_report else None
+    placement = machine_placement(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # same plan on every local rank
+    set_rank_threads(placement)
     ctx = init_rank(backend, device, env["rank"], env["world_size"], env["local_rank"], timeout_s, channel)
-    pin_to_core(device, env["local_rank"], int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    pin_rank(placement, env["local_rank"])
     try:
         return worker(ctx, *args, **(kwargs or {}))
     finally:

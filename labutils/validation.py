@@ -157,11 +157,13 @@ def measure(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str = "
             dtype: str = "float32", progress: bool = False, timeout_s: float = 600.0) -> pd.DataFrame:
     """Launch `measure_worker` on `nproc` ranks; one row per (size, mode, chunks, rank).
 
-    `threads_per_rank` defaults to `default_threads(2)` for every mode: the one-rank baseline gets
-    the threads of one rank of the split, so "one device" is the same on both sides.
+    CPU placement is the launcher's plan for `nproc` ranks (labutils.placement), with
+    `threads_per_rank` threads when given. "whole" runs on rank 0 of the same launch, so the
+    one-rank baseline has the CPUs and threads of one rank of the split: "one device" is the same
+    on both sides.
     quick: 2 warm-up rounds and about 300 ms of repetitions (5..100) per size; else 5 and 2 s (15..400).
     """
-    from labutils.launch import default_threads, launch
+    from labutils.launch import launch
     from labutils.progress import rank_progress
 
     nproc = check_int("nproc", nproc, low=1)
@@ -175,7 +177,7 @@ def measure(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str = "
     with rank_progress(len(sizes), f"{'+'.join(modes)} on {nproc} rank(s)", progress, unit="size",
                        leave=True) as on_report:
         per_rank = launch(measure_worker, nproc, kwargs=kwargs, backend=backend, device=device, timeout_s=timeout_s,
-                          threads_per_rank=threads_per_rank or default_threads(2), on_report=on_report)
+                          threads_per_rank=threads_per_rank, on_report=on_report)
     return pd.DataFrame([row for rows in per_rank for row in rows])
 
 

@@ -19,3 +19,25 @@ def _isolated_results(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path_factory.mktemp("results")))
     monkeypatch.delenv("LAB_FIGURES_FILE", raising=False)
     yield
+
+
+def _needs_gpu(item) -> bool:
+    """Marked `cuda`, or skipped without a GPU by a skipif whose reason names CUDA or a GPU."""
+    if item.get_closest_marker("cuda"):
+        return True
+    return any(any(w in str(m.kwargs.get("reason", "")).lower() for w in ("cuda", "gpu"))
+               for m in item.iter_markers("skipif"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """`-m cuda` selects every test that needs a GPU (benchmarks/gpu_check.py runs them): tests
+    marked `cuda` are skipped where torch sees no GPU, and GPU-only skipif tests get the marker."""
+    import torch
+
+    has_gpu = torch.cuda.is_available()
+    for item in items:
+        if not _needs_gpu(item):
+            continue
+        item.add_marker(pytest.mark.cuda)
+        if not has_gpu:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))

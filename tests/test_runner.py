@@ -82,3 +82,77 @@ def test_summary_holds_what_the_real_notebook_computed(tmp_path):
     assert figures["budget_speedup"] == pytest.approx(expected.speedup, rel=1e-12)
     assert figures["budget_break_even_C_ms"] == pytest.approx(expected.break_even_C_ms, rel=1e-12)
     assert figures["budget_break_even_C_ms"] == pytest.approx(0.28 / 0.375)  # H / (1 - 1/(2η)) at 50 GB/s
+
+
+@pytest.mark.notebook
+def test_a_failing_stage_is_reported_and_the_rest_still_runs(tmp_path, monkeypatch):
+    """HTML export raising, a corrupted image output, a mangled figures file: each is listed for
+    its notebook with the stage, and the notebooks after it still run and render."""
+    from labutils import runner
+
+    src = tmp_path / "nbs"
+    src.mkdir()
+    _notebook(src / "01_html_breaks.ipynb", "from labutils.results import record_figure\nrecord_figure('a', 1)")
+    _notebook(src / "02_bad_png.ipynb", "from IPython.display import display\n"
+              "display({'image/png': 'not base64!!', 'text/plain': 'x'}, raw=True)")
+    _notebook(src / "03_bad_figures.ipynb", "import os\nopen(os.environ['LAB_FIGURES_FILE'], 'w').write('[1, 2')")
+    _notebook(src / "04_fine.ipynb", "from labutils.results import record_figure\nrecord_figure('b', 2.5, 'ms')")
+    real_render = runner._render_html
+
+    def render(nb, html_path):
+        if html_path.stem == "01_html_breaks":
+            raise OSError("template directory missing")
+        real_render(nb, html_path)
+
+    monkeypatch.setattr(runner, "_render_html", render)
+    out = tmp_path / "out"
+    outcomes = runner.run_notebooks(quick=True, out_dir=out, directory=src)
+    by = {o.name: o for o in outcomes}
+    assert [o.name for o in outcomes] == ["01_html_breaks", "02_bad_png", "03_bad_figures", "04_fine"]
+    assert (by["01_html_breaks"].ok, by["01_html_breaks"].failed_stage) == (False, "html")
+    assert by["01_html_breaks"].failure == "failed while rendering HTML: OSError: template directory missing"
+    assert by["01_html_breaks"].figures["a"]["value"] == 1  # the later stages still ran
+    assert (by["02_bad_png"].failed_stage, by["02_bad_png"].plots) == ("plots", ())
+    assert by["02_bad_png"].error.startswith("cell 2: Error: Invalid base64-encoded string")
+    assert by["03_bad_figures"].failed_stage == "figures" and "JSONDecodeError" in by["03_bad_figures"].error
+    assert by["04_fine"].ok and by["04_fine"].figures["b"]["value"] == 2.5
+    summary = json.loads((out / "summary.json").read_text())
+    nbs = summary["notebooks"]
+    assert summary["stopped"] is None
+    assert {k: v["failed_stage"] for k, v in nbs.items()} == {"01_html_breaks": "html", "02_bad_png": "plots",
+                                                             "03_bad_figures": "figures", "04_fine": ""}
+    assert nbs["01_html_breaks"]["html"] is None and nbs["04_fine"]["figures"] == {"b": 2.5}
+    index = (out / "index.html").read_text()
+    assert "FAILED while rendering HTML" in index and "FAILED while recording figures" in index
+    assert '<a href="04_fine.html">' in index and '<a href="01_html_breaks.html">' not in index
+
+
+def test_an_interrupted_run_still_writes_index_and_summary(tmp_path, monkeypatch, three_notebooks):
+    """The run itself stops (here: an error outside any notebook on the second one): index.html
+    and summary.json still list what ran and what did not; the error is raised again."""
+    from labutils import runner
+
+    def fake_execute(path, out_dir, parameters=None, results_dir=None):
+        if path.stem == "02_bad":
+            raise KeyboardInterrupt
+        return runner.NotebookOutcome(path.stem, True, 1.5, Path(out_dir) / path.name,
+                                      Path(out_dir) / f"{path.stem}.html", figures={"x": {"value": 3, "unit": ""}})
+
+    monkeypatch.setattr(runner, "execute_notebook", fake_execute)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_notebooks(out_dir=out, directory=three_notebooks)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped"] == "KeyboardInterrupt"
+    nbs = summary["notebooks"]
+    assert nbs["01_good"]["ok"] and nbs["01_good"]["figures"] == {"x": 3}
+    assert [nbs[n]["failed_stage"] for n in ("02_bad", "03_after")] == ["not run", "not run"]
+    index = (out / "index.html").read_text()
+    assert "The run stopped early: KeyboardInterrupt" in index and "not run" in index
+
+
+def test_out_folder_may_not_be_the_notebooks_folder(three_notebooks):
+    from labutils.runner import run_notebooks
+
+    with pytest.raises(LabInputError, match="is the notebooks' folder"):
+        run_notebooks(out_dir=three_notebooks, directory=three_notebooks)
