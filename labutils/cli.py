@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "labutils.topology",
     "labutils.collectives",
     "labutils.nccl_tests",
+    "labutils.nccl_debug",
     "labutils.budget",
     "labutils.tensor_parallel",
     "labutils.runner",
