@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "labutils.collectives",
     "labutils.nccl_tests",
     "labutils.doctor",
+    "labutils.nccl_debug",
     "labutils.budget",
     "labutils.tensor_parallel",
     "labutils.runner",

@@ -66,17 +66,22 @@ def _nice_limit(needed: float, current: float | None = None) -> float:
     return next(m * k for m in (1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if m * k >= needed)
 
 
+def _split_label(N: int) -> str:
+    return "two devices: T2 = S + C/(2η) + H" if N == 2 else f"{N} devices: T{N} = S + C/({N}η) + H{N}"
+
+
 def budget_curves(ax, params: dict, budget=None, grid_points: int = 60, legend_outside: bool = False) -> dict:
     """Draw T1 and T2 against C on `ax`: break-even marked, the two regions shaded, the current C marked.
 
-    `params` holds the seven inputs of `labutils.budget.evaluate`. Returns the artists, which
+    `params` holds the seven inputs of `labutils.budget.evaluate`, and optionally `N` and
+    `wire_dtype` (`labutils.budget.evaluate_n`; T_N is then drawn). Returns the artists, which
     `update_budget_curves` moves in place (no new artists, so a redraw never flickers).
     """
     from matplotlib.patches import Rectangle
 
     art = {
         "t1": ax.plot([], [], color=PALETTE[0], lw=2, label="one device: T1 = S + C")[0],
-        "t2": ax.plot([], [], color=PALETTE[1], lw=2, label="two devices: T2 = S + C/(2η) + H")[0],
+        "t2": ax.plot([], [], color=PALETTE[1], lw=2, label=_split_label(params.get("N", 2)))[0],
         "lose": ax.add_patch(Rectangle((0, 0), 0, 1, transform=ax.get_xaxis_transform(), color=PALETTE[3],
                                        alpha=0.10, lw=0, label="splitting loses")),
         "pay": ax.add_patch(Rectangle((0, 0), 0, 1, transform=ax.get_xaxis_transform(), color=PALETTE[2],
@@ -88,31 +93,43 @@ def budget_curves(ax, params: dict, budget=None, grid_points: int = 60, legend_o
     }
     ax.set_xlabel("divisible compute C (ms)")
     ax.set_ylabel("time of the operation (ms)")
-    ax.legend(**({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if legend_outside else {"loc": "upper left"}))
+    _budget_legend(ax, legend_outside)
     update_budget_curves(art, params, budget, grid_points)
     return art
+
+
+def _budget_legend(ax, outside: bool) -> None:
+    ax.legend(**({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if outside else {"loc": "upper left"}))
+
+
+def label_budget_curves(art: dict, N: int, legend_outside: bool = False) -> None:
+    """Name N in the split curve's label and redraw the legend (the artists stay the same)."""
+    art["t2"].set_label(_split_label(N))
+    _budget_legend(art["t2"].axes, legend_outside)
 
 
 def update_budget_curves(art: dict, params: dict, budget=None, grid_points: int = 60, sticky: bool = False,
                          numbers_in_title: bool = True):
     """Move the artists of `budget_curves` to new inputs; returns the Budget at the current C.
 
-    With `sticky`, the axis limits change only when the curves outgrow them (see _nice_limit);
-    without `numbers_in_title` the title is left alone (text is the slowest thing to redraw).
+    `params` may hold `N` and `wire_dtype` besides the seven inputs (N devices; 2 and fp32 are
+    the article's model). With `sticky`, the axis limits change only when the curves outgrow
+    them (see _nice_limit); without `numbers_in_title` the title is left alone (text is the
+    slowest thing to redraw).
     """
     import math
 
     import numpy as np
 
-    from labutils.budget import evaluate
+    from labutils.budget import evaluate_n
 
-    here = budget if budget is not None else evaluate(**params)
+    here = budget if budget is not None else evaluate_n(**params)
     ax, C, S = art["t1"].axes, params["C_ms"], params["S_ms"]
     even = here.break_even_C_ms
     xmax = _nice_limit(max(2.0 * C, 1.6 * even if math.isfinite(even) else 0.0, 1.0),
                        ax.get_xlim()[1] if sticky else None)
     grid = np.linspace(0.0, xmax, grid_points)
-    curve = evaluate(**{**params, "C_ms": grid})
+    curve = evaluate_n(**{**params, "C_ms": grid})
     art["t1"].set_data(grid, curve.t_one_ms)
     art["t2"].set_data(grid, curve.t_two_ms)
     split = min(even, xmax)

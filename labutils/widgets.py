@@ -1,9 +1,10 @@
 """Dashboards: sliders wired to the pure functions of labutils, kept apart from the arithmetic.
 
-The time-budget dashboard (`budget_dashboard`) moves seven sliders and a preset menu; each move
-recomputes `labutils.budget.evaluate`, updates one matplotlib figure in place (the same artists,
-new data) and renders it to PNG into an `ipywidgets.Image`, so it works in a plain JupyterLab
-(no ipympl) and never flickers. The readout is an `ipywidgets.HTML` whose numbers sit in
+The time-budget dashboard (`budget_dashboard`) moves seven sliders, two toggles (the number of
+devices N and the dtype on the wire) and a preset menu; each move recomputes
+`labutils.budget.evaluate_n` (the article's two-device model at N = 2, fp32), updates one
+matplotlib figure in place (the same artists, new data) and renders it to PNG into an
+`ipywidgets.Image`, so it works in a plain JupyterLab (no ipympl) and never flickers. The readout is an `ipywidgets.HTML` whose numbers sit in
 elements with `data-key` / `data-value` attributes, for tests and browsers to read. An error
 inside a callback is shown in the readout (class `lab-error`), never swallowed.
 """
@@ -79,6 +80,11 @@ _SLIDERS = {
     "volume_bytes": ("FloatLogSlider", "bytes per exchange V",
                      {"base": 10, "min": 3, "max": 10, "step": 0.01, "readout_format": ".4r"}),
 }
+# key -> (description, options, default): the toggles beside the sliders; presets leave them alone
+_CONTROLS = {
+    "N": ("devices N", ((" 2", 2), (" 4", 4), (" 8", 8)), 2),
+    "wire_dtype": ("dtype on the wire", (("fp32", "fp32"), ("bf16", "bf16")), "fp32"),
+}
 _READOUT = (("speedup", "speedup T1/T2", "x"), ("efficiency", "two-device efficiency", ""),
             ("t_one_ms", "one device T1", "ms"), ("t_two_ms", "two devices T2", "ms"),
             ("comm_ms", "communication H", "ms"), ("break_even_C_ms", "break-even C", "ms"),
@@ -100,6 +106,26 @@ def _make_slider(key: str, value: float):
     return slider
 
 
+def _make_control(key: str, value):
+    import ipywidgets as w
+
+    description, options, _ = _CONTROLS[key]
+    control = w.ToggleButtons(options=[(label.strip(), v) for label, v in options], value=value,
+                              description=description, style={"description_width": "150px", "button_width": "60px"},
+                              layout=w.Layout(width="430px"))
+    control.add_class("lab-control")
+    control.add_class(f"lab-control-{key.replace('_', '-').lower()}")
+    return control
+
+
+def _readout_labels(N: int) -> tuple:
+    """The readout's rows; the split's rows name N when it is not 2."""
+    if N == 2:
+        return _READOUT
+    names = {"speedup": f"speedup T1/T{N}", "efficiency": f"{N}-device efficiency", "t_two_ms": f"{N} devices T{N}"}
+    return tuple((key, names.get(key, label), unit) for key, label, unit in _READOUT)
+
+
 def _set_slider(slider, value: float) -> None:
     """Set a slider, widening its range when a preset lies outside it."""
     if hasattr(slider, "base"):
@@ -116,19 +142,25 @@ def _number_text(value: float, unit: str) -> str:
     return f"{value:.4g} {unit}".strip()
 
 
-def readout_html(values: dict, budget, verdict: str, preset: Preset | None = None) -> str:
-    """Stable HTML for the readout: `[data-key=speedup]` holds `data-value` (repr, or "inf")."""
+def readout_html(values: dict, budget, verdict: str, preset: Preset | None = None, settings: dict | None = None) -> str:
+    """Stable HTML for the readout: `[data-key=speedup]` holds `data-value` (repr, or "inf");
+    the inputs sit in `data-<input>` attributes, N and the wire dtype in `data-n`, `data-wire-dtype`."""
+    settings = settings or {"N": 2, "wire_dtype": "fp32"}
     pays = "pays" if budget.t_two_ms < budget.t_one_ms else "even" if budget.t_two_ms == budget.t_one_ms else "loses"
     rows = "".join(
         f'<tr><th style="text-align:left">{label}</th><td class="lab-value" data-key="{key}" data-value="{getattr(budget, key)!r}">'
-        f"{_number_text(getattr(budget, key), unit)}</td></tr>" for key, label, unit in _READOUT)
+        f"{_number_text(getattr(budget, key), unit)}</td></tr>" for key, label, unit in _readout_labels(settings["N"]))
     notes = "".join(f'<li data-key="{html.escape(k)}">{html.escape(v)}</li>' for k, v in budget.notes.items())
     changed = preset is not None and {k: float(v) for k, v in preset.values.items()} != values
     source = (f'<p class="lab-preset" data-name="{html.escape(preset.name)}" data-changed="{str(changed).lower()}">'
               f'<b>{html.escape(preset.name)}</b>{" (since changed with the sliders)" if changed else ""}: '
               f"{html.escape(preset.source)}</p>" if preset else "")
     inputs = " ".join(f'data-{k.replace("_", "-").lower()}="{v!r}"' for k, v in values.items())
-    return (f'<div class="lab-readout" data-verdict="{pays}" {inputs}>'
+    inputs += f' data-n="{int(settings["N"])}" data-wire-dtype="{html.escape(str(settings["wire_dtype"]))}"'
+    model = ("" if settings["N"] == 2 and settings["wire_dtype"] == "fp32" else
+             f'<p class="lab-n-note">{int(settings["N"])} devices, a ring all-reduce per exchange: '
+             f'H = Q((N-1)l + 2(N-1)/N V/B), {html.escape(str(settings["wire_dtype"]))} on the wire.</p>')
+    return (f'<div class="lab-readout" data-verdict="{pays}" {inputs}>{model}'
             f'<p class="lab-verdict"><b>{html.escape(verdict)}</b></p><table>{rows}</table>'
             f'<ul class="lab-notes">{notes}</ul>{source}'
             '<p class="lab-model-note"><i>A model with stated assumptions, not a measurement.</i></p></div>')
@@ -140,15 +172,22 @@ def error_html(exc: BaseException) -> str:
             f'style="color:#b00020"><b>Error: {html.escape(type(exc).__name__)}</b>: {html.escape(str(exc))}</div>')
 
 
+def _dashboard_title(N: int) -> str:
+    many = "two (T2)" if N == 2 else f"{N} (T{N})"
+    return f"one device (T1) against {many} as the divisible compute C grows"
+
+
 @dataclass(frozen=True)
 class BudgetDashboard:
     """The widgets of the budget dashboard. Display it (`dash` as the last line of a cell).
 
-    `sliders` maps each input name to its slider; `values()` reads them; `state()` holds the
-    numbers the readout shows (plus "verdict" and "error"); `png()` is the current figure.
+    `sliders` maps each input name to its slider; `values()` reads them; `controls` holds the
+    toggles for N and the wire dtype, read by `settings()`; `state()` holds the numbers the
+    readout shows (plus "values", "settings", "verdict" and "error"); `png()` is the current figure.
     """
 
     sliders: dict
+    controls: dict
     preset: object
     readout: object
     image: object
@@ -161,6 +200,10 @@ class BudgetDashboard:
     def values(self) -> dict:
         return {key: float(slider.value) for key, slider in self.sliders.items()}
 
+    def settings(self) -> dict:
+        """{"N": devices, "wire_dtype": "fp32" or "bf16"} from the toggles."""
+        return {"N": int(self.controls["N"].value), "wire_dtype": str(self.controls["wire_dtype"].value)}
+
     def state(self) -> dict:
         return dict(self._state)
 
@@ -171,37 +214,44 @@ class BudgetDashboard:
         """Recompute, update the figure in place and the readout; show an error instead of raising."""
         if self._state.get("muted"):
             return
-        from labutils.budget import evaluate, verdict
-        from labutils.plots import update_budget_curves
+        from labutils.budget import evaluate_n, verdict
 
         try:
-            values = self.values()
-            budget = evaluate(**values)
-            png = self._render(values, budget)
-            text = verdict(budget)
+            values, settings = self.values(), self.settings()
+            budget = evaluate_n(**values, **settings)
+            png = self._render(values, budget, settings)
+            text = verdict(budget, settings["N"])
             preset = self._state.get("preset")
-            self.readout.value = readout_html(values, budget, text, preset)
+            self.readout.value = readout_html(values, budget, text, preset, settings)
             self.image.value = png
-            self._state.update({**budget.as_dict(), "values": values, "verdict": text, "error": None})
+            self._state.update({**budget.as_dict(), "values": values, "settings": settings, "verdict": text,
+                                "error": None})
         except Exception as exc:  # noqa: BLE001 - shown to the reader, see error_html
             self.readout.value = error_html(exc)
             self._state.update({"error": f"{type(exc).__name__}: {exc}"})
 
-    def _render(self, values: dict, budget) -> bytes:
+    def _render(self, values: dict, budget, settings: dict | None = None) -> bytes:
         """Move the artists and return the figure as PNG bytes.
 
         The still parts (axes, ticks, legend) are drawn once and kept as a background; a move
-        restores it and draws only the moving artists, unless the axis limits had to change.
+        restores it and draws only the moving artists, unless the axis limits had to change or
+        N did (the legend and title name it).
         """
         from PIL import Image
 
-        from labutils.plots import update_budget_curves
+        from labutils.plots import label_budget_curves, update_budget_curves
 
+        settings = settings or {"N": 2, "wire_dtype": "fp32"}
         ax = self.figure.axes[0]
         before = (ax.get_xlim(), ax.get_ylim())
-        update_budget_curves(self._art, values, budget, sticky=True, numbers_in_title=False)
+        relabel = self._state.get("drawn_N", 2) != settings["N"]
+        if relabel:
+            label_budget_curves(self._art, settings["N"], legend_outside=True)
+            ax.set_title(_dashboard_title(settings["N"]))
+            self._state["drawn_N"] = settings["N"]
+        update_budget_curves(self._art, {**values, **settings}, budget, sticky=True, numbers_in_title=False)
         canvas = self.figure.canvas
-        if self._state.get("background") is None or before != (ax.get_xlim(), ax.get_ylim()):
+        if relabel or self._state.get("background") is None or before != (ax.get_xlim(), ax.get_ylim()):
             canvas.draw()
             self._state["background"] = canvas.copy_from_bbox(self.figure.bbox)
         canvas.restore_region(self._state["background"])
@@ -236,11 +286,15 @@ class BudgetDashboard:
         return self.box._repr_mimebundle_(**kwargs)
 
 
-def budget_dashboard(presets=None, initial: dict | None = None, dpi: int = 80) -> BudgetDashboard:
-    """Build the time-budget dashboard: seven sliders, a preset menu, a readout and one figure.
+def budget_dashboard(presets=None, initial: dict | None = None, dpi: int = 80, N: int = 2,
+                     wire_dtype: str = "fp32") -> BudgetDashboard:
+    """Build the time-budget dashboard: seven sliders, the N and wire-dtype toggles, a preset menu,
+    a readout and one figure.
 
     `presets` defaults to `budget_presets()`; `initial` (the seven inputs) defaults to the first
-    preset; the menu shows the preset whose values equal `initial`, if any. Setting `dash.sliders["bandwidth_GBps"].value = 50` updates readout and figure.
+    preset; the menu shows the preset whose values equal `initial`, if any. `N` (2, 4 or 8) and
+    `wire_dtype` ("fp32" or "bf16") set the toggles. Setting `dash.sliders["bandwidth_GBps"].value = 50`
+    or `dash.controls["N"].value = 4` updates readout and figure.
     """
     import ipywidgets as w
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -248,19 +302,27 @@ def budget_dashboard(presets=None, initial: dict | None = None, dpi: int = 80) -
 
     from labutils.plots import apply_style, budget_curves
 
+    from labutils.budget import check_devices, wire_dtype_name
+
     presets = tuple(presets if presets is not None else budget_presets())
     values = {k: float(v) for k, v in (initial or presets[0].values).items()}
+    N, wire_dtype = check_devices(N), wire_dtype_name(wire_dtype)
+    if N not in (2, 4, 8) or wire_dtype not in ("fp32", "bf16"):
+        from labutils.validate import LabInputError
+
+        raise LabInputError(f"N={N} and wire_dtype={wire_dtype!r}: the dashboard offers N in 2, 4, 8 and fp32 or bf16")
     chosen = next((i for i, p in enumerate(presets) if {k: float(v) for k, v in p.values.items()} == values), None)
     apply_style()
     figure = Figure(figsize=(9.0, 4.0), dpi=dpi)
     FigureCanvasAgg(figure)
     ax = figure.add_subplot()
     figure.subplots_adjust(left=0.08, right=0.66, bottom=0.13, top=0.9)
-    art = budget_curves(ax, values, legend_outside=True)
-    ax.set_title("one device (T1) against two (T2) as the divisible compute C grows")
+    art = budget_curves(ax, {**values, "N": N, "wire_dtype": wire_dtype}, legend_outside=True)
+    ax.set_title(_dashboard_title(N))
     for artist in art.values():
         artist.set_animated(True)  # drawn over a kept background, see BudgetDashboard._render
     sliders = {key: _make_slider(key, values[key]) for key in _SLIDERS}
+    controls = {"N": _make_control("N", N), "wire_dtype": _make_control("wire_dtype", wire_dtype)}
     menu = w.Dropdown(options=[(p.name, i) for i, p in enumerate(presets)], value=chosen,
                       description="preset", style={"description_width": "150px"}, layout=w.Layout(width="430px"))
     menu.add_class("lab-preset-menu")
@@ -268,12 +330,12 @@ def budget_dashboard(presets=None, initial: dict | None = None, dpi: int = 80) -
     readout.add_class("lab-readout")
     image = w.Image(format="png", layout=w.Layout(width=f"{int(9.0 * dpi)}px"))
     image.add_class("lab-figure")
-    box = w.VBox([w.HBox([w.VBox([menu, *sliders.values()]), readout]), image])
+    box = w.VBox([w.HBox([w.VBox([menu, *sliders.values(), *controls.values()]), readout]), image])
     box.add_class("lab-dashboard")
-    dash = BudgetDashboard(sliders, menu, readout, image, figure, box, presets, art,
-                           {"preset": None if chosen is None else presets[chosen]})
-    for slider in sliders.values():
-        slider.observe(dash.refresh, names="value")
+    dash = BudgetDashboard(sliders, controls, menu, readout, image, figure, box, presets, art,
+                           {"preset": None if chosen is None else presets[chosen], "drawn_N": N})
+    for widget in (*sliders.values(), *controls.values()):
+        widget.observe(dash.refresh, names="value")
     menu.observe(lambda change: change["new"] is not None and dash.load_preset(change["new"]), names="value")
     dash.refresh()
     return dash

@@ -143,3 +143,41 @@ def test_initial_values_and_sliders_are_described():
     assert descriptions["bandwidth_GBps"] == "bandwidth B (GB/s)" and "η" in descriptions["eta"]
     assert dash.sliders["bandwidth_GBps"].min == -1 and dash.sliders["bandwidth_GBps"].max == 3  # 0.1..1000
     assert all(f"lab-slider-{k.replace('_', '-')}" in s._dom_classes for k, s in dash.sliders.items())
+
+
+def test_N_and_wire_dtype_toggles_follow_the_n_device_model():
+    dash = budget_dashboard()
+    assert dash.settings() == {"N": 2, "wire_dtype": "fp32"}
+    assert 'data-n="2"' in dash.readout.value and 'data-wire-dtype="fp32"' in dash.readout.value
+    before = dash.png()
+    dash.controls["N"].value = 4
+    expected = bm.evaluate_n(**dash.values(), N=4)
+    shown = readout_numbers(dash.readout.value)
+    for key in bm.RESULT_FIELDS:
+        assert shown[key] == pytest.approx(getattr(expected, key)) or math.isinf(getattr(expected, key)), key
+    assert "4 devices T4" in dash.readout.value and "4-device efficiency" in dash.readout.value
+    assert 'data-n="4"' in dash.readout.value and dash.state()["settings"]["N"] == 4
+    t2 = dash.figure.axes[0].get_lines()[1]
+    assert "4 devices" in t2.get_label()
+    assert [t.get_text() for t in dash.figure.axes[0].get_legend().get_texts()][1].startswith("4 devices")
+    curve = bm.evaluate_n(**{**dash.values(), "C_ms": t2.get_xdata()}, N=4)
+    assert list(t2.get_ydata()) == pytest.approx(list(curve.t_two_ms))
+    assert dash.png() != before
+    dash.controls["wire_dtype"].value = "bf16"
+    assert readout_numbers(dash.readout.value)["comm_ms"] == pytest.approx(
+        bm.evaluate_n(**dash.values(), N=4, wire_dtype="bf16").comm_ms)
+    assert 'data-wire-dtype="bf16"' in dash.readout.value
+    dash.controls["N"].value = 2
+    dash.controls["wire_dtype"].value = "fp32"
+    assert "two devices: T2" in dash.figure.axes[0].get_lines()[1].get_label()
+    _assert_readout_is_the_model(dash)  # back to the article's model, exactly
+
+
+def test_presets_leave_N_and_the_wire_dtype_alone():
+    dash = budget_dashboard(N=8, wire_dtype="bf16")
+    dash.preset.value = 1
+    assert dash.settings() == {"N": 8, "wire_dtype": "bf16"}
+    assert readout_numbers(dash.readout.value)["t_two_ms"] == pytest.approx(
+        bm.evaluate_n(**dash.values(), N=8, wire_dtype="bf16").t_two_ms)
+    with pytest.raises(bm.LabInputError, match="N="):
+        budget_dashboard(N=3)
