@@ -76,6 +76,12 @@ def d2d(src: int, dst: int, size_bytes: int, iters: int = 10) -> CopyResult:
     return time_copy(b, a, "D2D", f"cuda:{src}", iters)
 
 
+def copy_ceiling_GBps(device: int = 0, size_bytes: int = 64 << 20, iters: int = 10) -> float:
+    """The slower of the pinned H2D and D2H copies of GPU `device` (GB/s): the ceiling of any
+    traffic that leaves this GPU through host memory and enters a GPU again (gloo on CUDA)."""
+    return min(r.GBps for r in h2d_d2h(device, size_bytes, iters))
+
+
 def peer_access_matrix() -> pd.DataFrame | None:
     """`torch.cuda.can_device_access_peer(i, j)` for every pair (True on the diagonal); None without GPUs."""
     import torch

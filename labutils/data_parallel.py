@@ -143,6 +143,17 @@ def mlp_bucket_count(width: int, depth: int, bucket_cap_mb: float) -> int:
     return len(mlp_bucket_sizes(width, depth, bucket_cap_mb))
 
 
+def bucket_size_range(widths, depth: int, bucket_caps_mb=(), default_cap_mb: float = 25.0) -> tuple[int, int]:
+    """(smallest, largest) all-reduce a set of runs makes, in bytes: DDP's buckets of every model
+    at the default cap, of the widest at each of `bucket_caps_mb`, and each whole gradient (the
+    no-overlap variant). The range an all-reduce sweep must cover to predict them all."""
+    widths = [int(w) for w in np.atleast_1d(widths)]
+    sizes = [b for w in widths for b in mlp_bucket_sizes(w, depth, default_cap_mb)]
+    sizes += [b for c in bucket_caps_mb for b in mlp_bucket_sizes(max(widths), depth, float(c))]
+    sizes += [mlp_gradient_bytes(w, depth) for w in widths]
+    return int(min(sizes)), int(max(sizes))
+
+
 # --- the sizes of notebook 07, a pure function of the route --------------------------------------
 
 @dataclass(frozen=True)

@@ -243,6 +243,9 @@ def heldout_table(frame: pd.DataFrame, column: str = "time_us") -> tuple[LinkFit
 
 # --- the measured curve, interpolated -------------------------------------------------------------
 
+EDGE_SLACK = 0.01  # sizes this close past the measured ends count as measured
+
+
 @dataclass(frozen=True)
 class CurvePrediction:
     """All-reduce times read off a measured sweep. `time_us` per requested size; `extrapolated`
@@ -276,7 +279,9 @@ def interpolate_time_us(frame: pd.DataFrame, size_bytes, column: str = "time_us"
     bandwidth falls once messages leave the cache is followed where one alpha-beta line is not.
     Outside it (flagged in `extrapolated`): above the largest size s_max, t = t_max * s / s_max (the
     largest size's bandwidth, which a falling curve does not regain); below the smallest, t = t_min
-    (a fixed cost does not shrink). Rows with wrong elements are dropped; needs 2 sizes or more.
+    (a fixed cost does not shrink). Sizes within EDGE_SLACK (1%) of an end, a model's width
+    rounding past a measured power of two, are not flagged. Rows with wrong elements are dropped;
+    needs 2 sizes or more.
     """
     rows = _clean_frame(frame, column).groupby("size_bytes", as_index=False)[column].median()
     s = rows["size_bytes"].to_numpy(dtype=float)
@@ -285,7 +290,8 @@ def interpolate_time_us(frame: pd.DataFrame, size_bytes, column: str = "time_us"
     check_range("size_bytes", want, low=0, low_open=True, unit="bytes")
     inside = np.exp(np.interp(np.log(want), np.log(s), np.log(t)))
     out = np.where(want > s[-1], t[-1] * want / s[-1], np.where(want < s[0], t[0], inside))
-    return CurvePrediction(want, out, (want > s[-1]) | (want < s[0]), int(s[0]), int(s[-1]))
+    beyond = (want > s[-1] * (1 + EDGE_SLACK)) | (want < s[0] / (1 + EDGE_SLACK))
+    return CurvePrediction(want, out, beyond, int(s[0]), int(s[-1]))
 
 
 # --- the measured link as a result file --------------------------------------------------------

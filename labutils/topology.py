@@ -326,6 +326,20 @@ def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, p2p: bool | Non
     return scale_to_pcie(next(f for f in link_figures(code)), pcie_gen, width)
 
 
+def path_table(pcie_gen: int = DEFAULT_PCIE_GEN, width: int = 16) -> pd.DataFrame:
+    """The legend with its expectations: per code (NV#, PIX, PXB, PHB, NODE, SYS) the path in
+    words, the route NCCL takes by default, the range (GB/s per direction on PCIe `pcie_gen` x
+    `width`; NV# for a pair of consumer cards bridged by 4 links) and where the figures come from."""
+    rows = []
+    for code in ("NV4", *PATHS):
+        rank, short, words, _ = classify(code)
+        fig = expected_figure(code, pcie_gen, None, width)
+        rows.append({"code": "NV#" if code.startswith("NV") else code, "path": short, "what the bytes cross": words,
+                     "route by default": path_route(code), "low_GBps": fig.low_GBps, "high_GBps": fig.high_GBps,
+                     "from": fig.name, "source": fig.source})
+    return pd.DataFrame(rows).set_index("code")
+
+
 def classify(code: str) -> tuple[int, str, str, int]:
     """(speed rank, class name, plain-language description, NVLink count) for one code."""
     code = "SYS" if code == "SOC" else code
