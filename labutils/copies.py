@@ -3,7 +3,10 @@ copy is one DMA over PCIe), GPU to GPU for each pair, and on a CPU-only machine 
 copy for comparison. Which GPU pairs can reach each other directly: the peer-access matrix.
 
 Bandwidth = size_bytes / time, decimal GB/s (units.GBps); times from labutils.timing (CUDA
-events on a GPU, perf_counter on the CPU), after untimed warm-up copies.
+events on a GPU, perf_counter on the CPU), after untimed warm-up copies. Each copy is held
+against the band its wire should reach (`expected_bands`: the live PCIe generation and width
+from NVML, the pair's path and peer access) and stated as a fraction of the wire's rate
+(`wire_fraction`: measured / the band's high end).
 """
 
 from __future__ import annotations

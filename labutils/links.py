@@ -1,8 +1,11 @@
 """Reference figures for each kind of link, from `data/link_table.csv`.
 
 Every row says where its figure comes from and whether it is a specification (per direction,
-decimal GB/s) or a measured all-reduce bus bandwidth. `path_class` groups rows by the kind of
-path: PCIe, SYS (across CPU sockets), NV (NVLink), NET (network), gloo (CPU-staged).
+decimal GB/s), a measured all-reduce bus bandwidth, or derived from a specification. `path_class`
+groups rows by the kind of path: PCIe (a GPU's own link), PIX, PXB, PHB, NODE and SYS (the codes
+of `nvidia-smi topo -m` between two GPUs), HOST (two GPUs without peer access: through host
+memory), NV (NVLink), NET (network), gloo (CPU-staged). Rows stated for PCIe 5.0 x16 are carried
+over to other generations and widths by `scale_to_pcie`.
 """
 
 from __future__ import annotations

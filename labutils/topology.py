@@ -1,5 +1,7 @@
 """What joins the devices: `nvidia-smi topo -m` read into a frozen Topology, each GPU pair's path
-classified in plain words, and the bandwidth that path can carry from `data/link_table.csv`.
+classified in plain words, the route its bytes take (peer-to-peer, or through host memory where
+peer access is off, NCCL's default beyond PXB), and the bandwidth that path can carry from
+`data/link_table.csv`. A GPU's own PCIe link (generation, width) comes from NVML (`host_link`).
 
 Link codes of `nvidia-smi topo -m`, fastest first:
     NV#  a bonded set of # NVLinks (directly or through NVSwitch)

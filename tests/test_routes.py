@@ -348,3 +348,105 @@ def test_contention_probe_runs_on_two_cpu_ranks():
                  timeout_s=120)
     assert out[0] == out[1]  # every figure is the slowest rank's, the same on both
     assert out[0]["backward_ms"] > 0 and out[0]["allreduce_ms"] > 0 and out[0]["together_ms"] > 0
+
+
+# --- more pure pieces: the legend's table, PCIe width, the range a sweep must cover --------------------
+
+def test_path_table_gives_each_code_its_route_and_figures():
+    from labutils.topology import path_table
+
+    table = path_table(5)
+    assert list(table.index) == ["NV#", "PIX", "PXB", "PHB", "NODE", "SYS"]
+    assert table.loc["PIX", "route by default"] == "peer-to-peer"
+    assert set(table.loc[["PHB", "NODE", "SYS"], "route by default"]) == {"through host memory"}
+    assert (table.loc["SYS", "low_GBps"], table.loc["SYS", "high_GBps"]) == (22, 50)
+    assert table["source"].str.len().min() > 20
+    assert path_table(4).loc["PIX", "high_GBps"] == 31.5
+
+
+def test_pcie_figure_scales_with_the_width():
+    from labutils.links import pcie_figure
+
+    x8 = pcie_figure(5, 8)
+    assert (x8.low_GBps, x8.high_GBps, x8.name) == (25, 31.5, "PCIe 5.0 x8")
+    assert pcie_figure(4, 16) == pcie_figure(4)
+    with pytest.raises(LabInputError, match="pcie_width"):
+        pcie_figure(4, 3)
+
+
+def test_bucket_size_range_covers_every_all_reduce_of_the_runs():
+    widths = [dp.mlp_for_gradient_bytes(m * 2**20) for m in (2, 64)]
+    low, high = dp.bucket_size_range(widths, 4, (1, 4))
+    every = [b for w in widths for b in dp.mlp_bucket_sizes(w, 4, 25)]
+    every += [b for c in (1, 4) for b in dp.mlp_bucket_sizes(max(widths), 4, c)]
+    assert low == min(every) and high == dp.mlp_gradient_bytes(max(widths), 4) >= max(every)
+
+
+def test_a_saved_sweep_that_covers_the_range_is_reused(monkeypatch):
+    from labutils import collectives as col
+
+    def fake_run_sweep(**kw):
+        calls.append(kw)
+        frame = _synthetic_sweep()
+        return col.SweepResult(frame, {"world_size": 2, "backend": "gloo", "device": "cpu"})
+
+    calls = []
+    monkeypatch.setattr(col, "run_sweep", fake_run_sweep)
+    first = col.ensure_sweep(3 << 20, 40 << 20, 2, "gloo", "cpu")  # nothing saved yet: measured now
+    assert len(calls) == 1 and calls[0]["min_bytes"] == 2 << 20 and calls[0]["max_bytes"] == 64 << 20
+    again = col.ensure_sweep(3 << 20, 40 << 20, 2, "gloo", "cpu")  # saved, and it covers: reused
+    assert len(calls) == 1 and len(again.frame) == len(first.frame)
+    assert col.load_sweep("all_reduce", 2, "gloo", "cuda") is None  # another device is another link
+    assert col.covers(first.frame, 2048, 2**27) and not col.covers(first.frame, 2048, 2**29)
+    col.ensure_sweep(1 << 20, 1 << 29, 2, "gloo", "cpu")  # beyond what was saved: measured again
+    assert len(calls) == 2
+
+
+# --- on a CUDA GPU only (skipped here; benchmarks/gpu_check.sh runs them: pytest -k gpu) ----------------
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+NEEDS_GPU = pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
+
+
+@NEEDS_GPU
+def test_gpu_two_gloo_ranks_share_one_gpu():
+    from labutils.launch import launch, ping_worker
+
+    out = launch(ping_worker, 2, backend="gloo", device="cuda", timeout_s=120)
+    assert [r["sum"] for r in out] == [1.0, 1.0]
+
+
+@NEEDS_GPU
+def test_gpu_nccl_with_one_rank_runs_a_sweep_with_its_barrier():
+    from labutils.collectives import run_sweep
+
+    result = run_sweep(nproc=1, backend="nccl", device="cuda", min_bytes="1K", max_bytes="64K", budget_ms=5,
+                       progress=False)
+    assert result.wrong == 0 and (result.frame["time_us"] > 0).all() and result.meta["backend"] == "nccl"
+
+
+@NEEDS_GPU
+def test_gpu_gloo_on_cuda_sweep_and_the_copy_ceiling():
+    from labutils.collectives import run_sweep
+    from labutils.copies import copy_ceiling_GBps
+
+    result = run_sweep(nproc=2, backend="gloo", device="cuda", min_bytes="1K", max_bytes="1M", budget_ms=10,
+                       progress=False)
+    ceiling = copy_ceiling_GBps(0, 16 << 20, iters=3)
+    assert result.wrong == 0 and result.meta["device"] == "cuda"
+    assert 0 < result.peak_busbw_GBps < ceiling  # through host memory: never above the pinned copy
+
+
+@NEEDS_GPU
+def test_gpu_split_layer_and_training_step_compute_on_the_gpu():
+    frame = val.measure([(8, 64)], 2, ("whole", "split"), backend="gloo", device="cuda", quick=True, timeout_s=180)
+    assert set(frame["mode"]) == {"whole", "split"} and (frame["total_ms"] > 0).all()
+    cfgs = [dp.StepConfig(48, 2, 8, mode, steps=2, warmup=1) for mode in ("ddp", "no_overlap")]
+    steps, probe = dp._launch(cfgs, 2, "gloo", "cuda", 180, False,
+                              contention={"width": 48, "depth": 2, "batch_per_rank": 8, "reps": 2})
+    assert set(steps["device"]) == {"cuda"} and probe["device"] == "cuda" and probe["together_ms"] > 0
