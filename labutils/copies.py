@@ -143,7 +143,7 @@ def expected_bands(frame: pd.DataFrame, topo=None, facts=(), peers: pd.DataFrame
     peer-to-peer where `peers` says the GPUs can reach each other and through host memory where it
     says they cannot (NCCL's default when `peers` is None). Host copies cross no link: None.
     """
-    from labutils.links import pcie_figure
+    from labutils.pcie import pcie_band
     from labutils.topology import expected_figure, host_link, path_route
 
     by_gpu = {f.index: f for f in facts or ()}
@@ -152,7 +152,7 @@ def expected_bands(frame: pd.DataFrame, topo=None, facts=(), peers: pd.DataFrame
     for r in frame.itertuples():
         if r.kind in ("H2D", "D2H"):
             link = links(_gpu_index(r.dst if r.kind == "H2D" else r.src))
-            fig = pcie_figure(link.gen, link.width)
+            fig = pcie_band(link.gen, link.width)
             bands.append(Band(fig.low_GBps, fig.high_GBps, f"{link.label}, one DMA from pinned host memory",
                               fig.name, link.note))
         elif r.kind == "D2D" and topo is not None:

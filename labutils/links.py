@@ -61,35 +61,27 @@ def link_figure(name: str) -> LinkFigure:
     raise KeyError(f"no link called {name!r}; known: {', '.join(f.name for f in link_figures())}")
 
 
-PCIE_GENS = (3, 4, 5)
-PCIE_WIDTHS = (1, 2, 4, 8, 16, 32)
-
-
-def pcie_figure(gen: int, width: int = 16) -> LinkFigure:
-    """The PCIe row of generation `gen` (3, 4 or 5) for a link `width` lanes wide: the table's x16
-    figures times width / 16 (every lane carries the same rate)."""
+def pcie_figure(gen: int) -> LinkFigure:
+    """The PCIe x16 row of generation `gen` (3, 4 or 5). Any generation and width: `pcie.pcie_band`."""
     from labutils.validate import check_choice
 
-    check_choice("pcie_gen", gen, PCIE_GENS)
-    check_choice("pcie_width", width, PCIE_WIDTHS)
-    fig = link_figure(f"PCIe {gen}.0 x16")
-    if width == 16:
-        return fig
-    share = width / 16
-    return LinkFigure(f"PCIe {gen}.0 x{width}", fig.path_class, fig.low_GBps * share, fig.high_GBps * share, fig.kind,
-                      f"{fig.source}; x{width} carries {width}/16 of it")
+    check_choice("pcie_gen", gen, (3, 4, 5))
+    return link_figure(f"PCIe {gen}.0 x16")
 
 
 def scale_to_pcie(fig: LinkFigure, gen: int, width: int = 16) -> LinkFigure:
     """A row stated for PCIe 5.0 x16 carried over to PCIe `gen` x`width`: its low figure scales as
-    the PCIe rows' low (typical) figures do, its high as their high (specification) figures."""
-    five, this = pcie_figure(5), pcie_figure(gen, width)
+    the PCIe bands' low (typical) figures do, its high as their high (specification) figures
+    (`pcie.pcie_band`, any generation 1-6 and width)."""
+    from labutils.pcie import pcie_band
+
     if (gen, width) == (5, 16):
         return fig
+    five, this = pcie_band(5, 16), pcie_band(gen, width)
     name = fig.name.replace("PCIe 5.0 x16", f"PCIe {gen}.0 x{width}")
     return LinkFigure(name, fig.path_class, round(fig.low_GBps * this.low_GBps / five.low_GBps, 3),
                       round(fig.high_GBps * this.high_GBps / five.high_GBps, 3), fig.kind,
-                      f"{fig.source}; scaled from PCIe 5.0 x16 to PCIe {gen}.0 x{width} as the PCIe rows scale")
+                      f"{fig.source}; scaled from PCIe 5.0 x16 to PCIe {gen}.0 x{width} as the PCIe bands scale")
 
 
 def nvlink_figure(links: int) -> LinkFigure:

@@ -302,9 +302,10 @@ def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, p2p: bool | Non
                     width: int = 16) -> LinkFigure:
     """The table's range (GB/s per direction) for one link code on PCIe `pcie_gen` x`width`.
 
-    NV#: `nvlink_figure(#)`. PIX, PXB, PHB, NODE: their own rows when the pair goes peer-to-peer
-    (PHB and NODE pay the host bridge's 6/5 packet overhead), the "through host memory" row when
-    it does not (`path_route`). SYS: low = the source article's measured 22 GB/s, high = a clean
+    NV#: `nvlink_figure(#)`. PIX, PXB, PHB, NODE: their own rows (the PCIe link's rate) when the
+    pair goes peer-to-peer, the "through host memory" row (half to all of a clean link's typical
+    figure) when it does not (`path_route`). SYS: low = the source article's measured 22 GB/s on
+    PCIe 5.0 x16 (22 of 63, carried to other links by the specification's ratio), high = a clean
     link's typical figure (~50 GB/s on PCIe 5.0 x16). Rows stated for PCIe 5.0 x16 are carried over
     by `links.scale_to_pcie`; the figure's name says the route.
     """
@@ -315,12 +316,14 @@ def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, p2p: bool | Non
         raise LabInputError(f"code={code!r} is not a GPU-to-GPU link code (X excluded)")
     way = path_route(code, p2p)
     if code == "SYS":
+        from labutils.pcie import pcie_band
+
         row = link_figure("PCIe 5.0 x16 across sockets (SYS)")
-        five, this = pcie_figure(5), pcie_figure(pcie_gen, width)
-        low = round(row.low_GBps * this.low_GBps / five.low_GBps, 3)
+        this = pcie_band(pcie_gen, width)
+        low = round(this.high_GBps * row.low_GBps / pcie_figure(5).high_GBps, 3)
         return LinkFigure(f"SYS across sockets, {way} (PCIe {pcie_gen}.0 x{width})", "SYS", low, this.low_GBps,
-                          "measured busbw, scaled", f"{row.source}; scaled to PCIe {pcie_gen}.0 x{width} as the "
-                          "PCIe rows scale; high end: a clean link's typical figure")
+                          "measured busbw, scaled", f"{row.source}; carried to PCIe {pcie_gen}.0 x{width} by its "
+                          "specification's ratio (22 of 63 GB/s); high end: a clean link's typical figure")
     if way == HOST_MEMORY:
         host = next(f for f in link_figures("HOST"))
         fig = scale_to_pcie(host, pcie_gen, width)
@@ -516,10 +519,11 @@ def host_link(facts: GpuFacts | None, gpu: int = 0, default_gen: int = DEFAULT_P
 
     Generation and width are NVML's maxima for this GPU in this slot (nvmlDeviceGetMaxPcieLink*:
     the lower of what the GPU and the slot support), falling back to the current values, then to
-    PCIe `default_gen`.0 x16 when NVML said nothing. The current values are shown beside them:
-    an idle link trains down (e.g. to gen 1) to save power and back up under load.
+    PCIe `default_gen`.0 x16 when NVML said nothing; any generation 1-6 (`pcie.pcie_band`). The
+    current values are shown beside them: an idle link trains down (e.g. to gen 1) to save power
+    and back up under load.
     """
-    from labutils.links import PCIE_GENS, PCIE_WIDTHS
+    from labutils.pcie import GT_PER_LANE, WIDTHS
 
     if facts is None:
         return HostLink(gpu, default_gen, 16, None, None,
@@ -527,19 +531,15 @@ def host_link(facts: GpuFacts | None, gpu: int = 0, default_gen: int = DEFAULT_P
     notes = []
     gen = facts.pcie_gen_max or facts.pcie_gen
     width = facts.pcie_width_max or facts.pcie_width
-    if gen is None:
+    if gen not in GT_PER_LANE:
+        told = "no PCIe generation" if gen is None else f"PCIe gen {gen}, which is not one of 1-6"
+        notes.append(f"NVML gave {told}: gen {default_gen} assumed")
         gen = default_gen
-        notes.append(f"NVML gave no PCIe generation: gen {default_gen} assumed")
-    elif gen not in PCIE_GENS:
-        clamped = min(max(gen, PCIE_GENS[0]), PCIE_GENS[-1])
-        notes.append(f"NVML reports PCIe gen {gen}; the link table holds gens {PCIE_GENS[0]}-{PCIE_GENS[-1]}, "
-                     f"so gen {clamped} is used")
-        gen = clamped
-    if width is None:
+    if width is None or width < 1:
         width = 16
         notes.append("NVML gave no link width: x16 assumed")
-    elif width not in PCIE_WIDTHS:
-        width = max(w for w in PCIE_WIDTHS if w <= width) if width >= 1 else 1
+    elif width not in WIDTHS:
+        width = max(w for w in WIDTHS if w <= width)
     cur_gen, cur_width = facts.pcie_gen, facts.pcie_width
     if (cur_gen and cur_gen < gen) or (cur_width and cur_width < width):
         notes.append(f"NVML reads gen {cur_gen} x{cur_width} right now: an idle link trains down to save power "

@@ -103,7 +103,8 @@ def test_one_gpu_is_shared_by_gloo_and_refused_by_nccl():
 # (module, function) allowed to look at the backend's name: choosing it, and saying what it means
 BACKEND_BRANCHES = {("launch", "resolve_backend"), ("launch", "rank_plan"), ("launch", "barrier_kwargs"),
                     ("machine", "route"), ("machine", "label"), ("machine", "check_backend_guess"),
-                    ("fit", "fit_alpha_beta")}  # fit: an nccl-tests log without a device column is on CUDA
+                    ("fit", "fit_alpha_beta"),  # an nccl-tests log without a device column is on CUDA
+                    ("doctor", "_measurement_causes")}  # a measurement taken with gloo is a cause of low busbw
 
 
 def _backend_comparisons(path: Path):
@@ -201,8 +202,9 @@ def test_host_link_uses_the_links_maximum_and_says_when_it_idles():
     assert host_link(None).gen == 4 and "assumed" in host_link(None).note
     narrow = host_link(GpuFacts(0, "x", 4, 4, 8, 8, 0))
     assert (narrow.gen, narrow.width, narrow.note) == (4, 8, "")
-    future = host_link(GpuFacts(0, "x", 6, 6, 16, 16, 0))
-    assert future.gen == 5 and "gen 6" in future.note
+    assert host_link(GpuFacts(0, "x", 6, 6, 16, 16, 0)).gen == 6  # PCIe 6 is known (pcie.pcie_band)
+    odd = host_link(GpuFacts(0, "x", None, None, 6, 6, 0))
+    assert (odd.gen, odd.width) == (4, 4) and "no PCIe generation" in odd.note
 
 
 def _copies(rows):
@@ -234,7 +236,7 @@ def test_gpu_pair_band_says_when_it_goes_through_host_memory():
     assert "through host memory" in band.route and "host memory" in band.note and host is None
     assert (band.low_GBps, band.high_GBps) == (12, 25)
     peer = expected_bands(frame, topo, facts, ~no_peer | no_peer.T)[0]  # peer access on
-    assert "peer-to-peer" in peer.route and peer.high_GBps == pytest.approx(31.5 * 5 / 6, abs=0.01)
+    assert "peer-to-peer" in peer.route and (peer.low_GBps, peer.high_GBps) == (24, 31.5)
     assert "NCCL's default" in expected_bands(frame, topo, facts)[0].note
     assert copy_table(frame, [band, host])["route"].tolist()[1] == "CPU memory, no link"
     assert tuple(Band(1, 2, "r", "ref")) == (1, 2)
@@ -364,14 +366,16 @@ def test_path_table_gives_each_code_its_route_and_figures():
     assert path_table(4).loc["PIX", "high_GBps"] == 31.5
 
 
-def test_pcie_figure_scales_with_the_width():
-    from labutils.links import pcie_figure
+def test_rows_stated_for_pcie5_scale_to_any_generation_and_width():
+    from labutils.links import link_figure, scale_to_pcie
+    from labutils.pcie import pcie_band
 
-    x8 = pcie_figure(5, 8)
-    assert (x8.low_GBps, x8.high_GBps, x8.name) == (25, 31.5, "PCIe 5.0 x8")
-    assert pcie_figure(4, 16) == pcie_figure(4)
-    with pytest.raises(LabInputError, match="pcie_width"):
-        pcie_figure(4, 3)
+    host = link_figure("through host memory, no peer access (PCIe 5.0 x16)")
+    assert scale_to_pcie(host, 5, 16) == host
+    x8 = scale_to_pcie(host, 5, 8)
+    assert (x8.low_GBps, x8.high_GBps) == (12.5, 25) and "PCIe 5.0 x8" in x8.name
+    six = scale_to_pcie(host, 6, 16)
+    assert six.high_GBps == pytest.approx(50 * pcie_band(6).high_GBps / 63, abs=1e-3)
 
 
 def test_bucket_size_range_covers_every_all_reduce_of_the_runs():
