@@ -3,14 +3,19 @@
     .venv/bin/python benchmarks/ddp_prediction.py [--sizes-mib 4 16 48 96] [--steps 10] [--fresh-link]
 
 For each model size: the one-rank step (one thread), then on 2 gloo ranks (one thread each) the
-DDP step and the no-overlap step. From the one-rank step and the fitted link (`labutils.fit`)
-it predicts the no-overlap bound (compute + all-reduce) and the ideal-overlap bound
+DDP step and the no-overlap step. From the one-rank step and the all-reduce read off the measured
+sweep at each DDP bucket's size (`data_parallel.bucket_comm_ms`, log-log interpolation of the
+curve; not one alpha-beta line, which misses gloo's bandwidth falling beyond the caches) it
+predicts the no-overlap bound (compute + all-reduce) and the ideal-overlap bound
 (forward + max(backward, all-reduce) + optimizer), and prints, per size and as medians over the
-sizes, |predicted - measured| / measured; also the all-reduce alone against the link model, and
-the wait for the slowest rank that the no-overlap step measures apart (no bound includes it).
+sizes, |predicted - measured| / measured; also the all-reduce alone against the curve and
+against the fitted line, and the wait for the slowest rank that the no-overlap step measures
+apart (no bound includes it).
 
 Targets: the measured DDP step lies between the two bounds, and the no-overlap prediction is
 within 25 % of the measured no-overlap step for the largest models (the two largest sizes).
+On CPU ranks backward and gloo's threads share the cores, so the first target can fail for a
+reason notebook 07 measures (`data_parallel.contention_worker`); on a GPU route it should hold.
 Prints PASS or FAIL per target; the exit status is 0 either way (a measurement, not a test).
 """
 
@@ -26,22 +31,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pandas as pd  # noqa: E402
 
 from labutils import data_parallel as dp  # noqa: E402
+from labutils.collectives import ensure_sweep, run_sweep, save_sweep  # noqa: E402
 from labutils.fit import ensure_link, fit_alpha_beta, save_link  # noqa: E402
 
 TARGET_ERROR = 0.25
 
 
-def fitted_link(fresh: bool):
-    """The saved gloo/cpu 2-rank link, or (fresh) a new sweep up to 64 MiB, fitted and saved."""
+def measured_link(fresh: bool, low: int, high: int):
+    """(the alpha-beta fit, the sweep): the saved gloo/cpu 2-rank ones covering [low, high], or
+    (fresh) a new sweep from 1 KiB to the largest gradient, fitted and both saved."""
     if not fresh:
-        return ensure_link(2, "gloo", "cpu", quick=False)
-    from labutils.collectives import run_sweep
-
-    result = run_sweep(nproc=2, backend="gloo", device="cpu", min_bytes="1K", max_bytes="64M",
+        return ensure_link(2, "gloo", "cpu", quick=False), ensure_sweep(low, high, 2, "gloo", "cpu", quick=False)
+    result = run_sweep(nproc=2, backend="gloo", device="cpu", min_bytes="1K", max_bytes=1 << (high - 1).bit_length(),
                        budget_ms=100, progress=False)
+    save_sweep(result)
     fit = fit_alpha_beta(result.frame)
     save_link(fit)
-    return fit
+    return fit, result
 
 
 def main(argv=None) -> int:
@@ -57,10 +63,12 @@ def main(argv=None) -> int:
         parser.error("give at least 4 model sizes")
 
     started = time.perf_counter()
-    link = fitted_link(args.fresh_link)
+    widths = [dp.mlp_for_gradient_bytes(m * 2**20, args.depth) for m in sorted(args.sizes_mib)]
+    link, sweep = measured_link(args.fresh_link, *dp.bucket_size_range(widths, args.depth))
     print(f"link: {link.name}, alpha {link.alpha_us:.0f} us, busbw {link.busbw_GBps:.3g} GB/s ({link.source}; "
           f"held-out median error of the fit {link.heldout_median_error:.0%})")
-    widths = [dp.mlp_for_gradient_bytes(m * 2**20, args.depth) for m in sorted(args.sizes_mib)]
+    print(f"all-reduce curve: {len(sweep.frame)} sizes, {int(sweep.frame.size_bytes.min())} to "
+          f"{int(sweep.frame.size_bytes.max())} bytes ({sweep.meta.get('date')})")
     configs = [dp.StepConfig(w, args.depth, args.batch, "single", steps=args.steps, warmup=args.warmup)
                for w in widths]
     one = dp.summarize(dp.measure(configs, 1, "gloo", "cpu", progress=False))
@@ -68,12 +76,14 @@ def main(argv=None) -> int:
             for w in widths for mode in ("ddp", "no_overlap")]
     two = dp.summarize(dp.measure(many, 2, "gloo", "cpu", progress=False))
     two["run"] += len(one)
-    table = dp.prediction_table(pd.concat([one, two], ignore_index=True), link.busbw_GBps, link.alpha_us)
+    table = dp.prediction_table(pd.concat([one, two], ignore_index=True), link.busbw_GBps, link.alpha_us,
+                                sweep=sweep.frame)
 
     ddp = table[table["mode"] == "ddp"].set_index("gradient_bytes")
     no_ov = table[table["mode"] == "no_overlap"].set_index("gradient_bytes")
     rows = pd.DataFrame({
         "gradient_MiB": ddp.index / 2**20, "compute_ms": ddp["compute_ms"], "comm_pred_ms": no_ov["comm_pred_ms"],
+        "comm_line_ms": no_ov["comm_line_ms"],
         "comm_measured_ms": no_ov["comm_measured_ms"], "wait_ms": no_ov["wait_ms"],
         "overlap_pred_ms": ddp["overlap_pred_ms"], "no_overlap_pred_ms": no_ov["no_overlap_pred_ms"],
         "ddp_measured_ms": ddp["measured_ms"], "no_overlap_measured_ms": no_ov["measured_ms"],
@@ -86,13 +96,15 @@ def main(argv=None) -> int:
     med_ov = rows["err_overlap_vs_ddp"].median()
     med_no_ddp = rows["err_no_overlap_vs_ddp"].median()
     med_comm = ((rows["comm_pred_ms"] - rows["comm_measured_ms"]).abs() / rows["comm_measured_ms"]).median()
+    med_line = ((rows["comm_line_ms"] - rows["comm_measured_ms"]).abs() / rows["comm_measured_ms"]).median()
     largest = rows.nlargest(2, "gradient_MiB")
     between = int(rows["ddp_between"].sum())
     print(f"median |pred - meas| / meas over {len(rows)} sizes:")
     print(f"  no-overlap bound vs no-overlap step: {med_no:.1%}")
     print(f"  no-overlap bound vs DDP step:        {med_no_ddp:.1%}")
     print(f"  overlap bound vs DDP step:           {med_ov:.1%}")
-    print(f"  all-reduce alone vs link model:      {med_comm:.1%}")
+    print(f"  all-reduce alone vs measured curve:  {med_comm:.1%}")
+    print(f"  all-reduce alone vs one fitted line: {med_line:.1%}")
     print(f"  no-overlap error, two largest models: {', '.join(f'{e:.1%}' for e in largest['err_no_overlap'])}")
     ok_between = between == len(rows)
     ok_largest = bool((largest["err_no_overlap"] <= TARGET_ERROR).all())

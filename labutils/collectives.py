@@ -487,13 +487,16 @@ def _free_bytes(device: str, nproc: int) -> int:
 
 def check_memory(max_bytes: int, nproc: int, device: str, ranks_here: int) -> None:
     """LabInputError when the largest size cannot fit: each rank holds about 3 buffers of it
-    (timed, checked, expected); on the CPU all local ranks share one memory."""
-    need = 3 * max_bytes * (ranks_here if device == "cpu" else 1)
+    (timed, checked, expected); on the CPU all local ranks share one memory, on CUDA the ranks
+    that share a GPU share its memory."""
+    from labutils.launch import cuda_device_count, ranks_per_gpu
+
+    sharing = ranks_here if device == "cpu" else max(1, ranks_per_gpu(ranks_here, cuda_device_count()))
+    need = 3 * max_bytes * sharing
     free = _free_bytes(device, nproc)
     if need > free:
         raise LabInputError(f"max_bytes={format_size(max_bytes)} needs about {format_size(need)} of {device} memory "
-                            f"({'3 buffers x ' + str(ranks_here) + ' ranks' if device == 'cpu' else '3 buffers'}) "
-                            f"but only {format_size(free)} is free; lower --max-bytes")
+                            f"(3 buffers x {sharing} rank(s)) but only {format_size(free)} is free; lower --max-bytes")
 
 
 def run_sweep(nproc: int = 2, backend: str = "auto", device: str = "auto", op="all_reduce", min_bytes="1K",
@@ -562,8 +565,10 @@ def save_sweep(result: SweepResult):
     return save_result("sweep", result.frame, result.meta)
 
 
-def load_sweep(op: str = "all_reduce", world_size: int | None = None, backend: str | None = None) -> SweepResult | None:
-    """The newest saved sweep that measured `op` (and matches world size and backend when given)."""
+def load_sweep(op: str = "all_reduce", world_size: int | None = None, backend: str | None = None,
+               device: str | None = None) -> SweepResult | None:
+    """The newest saved sweep that measured `op` (and matches world size, backend and device
+    ("cpu" or "cuda") when given)."""
     from labutils.results import list_results, load_result
 
     for path in reversed(list_results("sweep")):
@@ -571,9 +576,36 @@ def load_sweep(op: str = "all_reduce", world_size: int | None = None, backend: s
         meta = record.get("meta", {})
         if frame is None or op not in set(frame["op"]):
             continue
-        if (world_size is None or meta.get("world_size") == world_size) and (backend is None or meta.get("backend") == backend):
+        wanted = {"world_size": world_size, "backend": backend, "device": device}
+        if all(v is None or meta.get(k) == v for k, v in wanted.items()):
             return SweepResult(frame[frame["op"] == op].reset_index(drop=True), meta)
     return None
+
+
+def covers(frame: pd.DataFrame, min_bytes: float, max_bytes: float, slack: float = 2.0) -> bool:
+    """Whether a sweep measured sizes from at most `slack` x `min_bytes` up to at least
+    `max_bytes` / `slack`: close enough that reading the range off it extrapolates by no more than
+    a factor `slack` at either end."""
+    sizes = frame["size_bytes"]
+    return bool(len(sizes)) and sizes.min() <= slack * min_bytes and sizes.max() * slack >= max_bytes
+
+
+def ensure_sweep(min_bytes: float, max_bytes: float, nproc: int = 2, backend: str = "auto", device: str = "auto",
+                 quick: bool = True, progress: bool = False) -> SweepResult:
+    """An all_reduce sweep of this route over the range [min_bytes, max_bytes]: the newest saved one
+    of this backend, device and rank count that `covers` it (notebook 02's), else a new sweep over
+    that range (doubling sizes, 30 ms per size quick, 100 ms otherwise), saved."""
+    choice = resolve_backend(backend, device, nproc)
+    lo, hi = int(min(min_bytes, max_bytes)), int(max(min_bytes, max_bytes))
+    found = load_sweep("all_reduce", nproc, choice.backend, choice.device)
+    if found is not None and covers(found.frame, lo, hi):
+        return found
+    low = 1 << max(10, int(math.floor(math.log2(max(lo, 1)))))
+    high = 1 << max(int(math.ceil(math.log2(max(hi, 1)))), int(math.log2(low)))
+    result = run_sweep(nproc=nproc, backend=choice.backend, device=choice.device, min_bytes=low, max_bytes=high,
+                       budget_ms=30 if quick else 100, progress=progress)
+    save_sweep(result)
+    return result
 
 
 def compare_sweeps(frames: dict) -> pd.DataFrame:

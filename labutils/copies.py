@@ -3,7 +3,10 @@ copy is one DMA over PCIe), GPU to GPU for each pair, and on a CPU-only machine 
 copy for comparison. Which GPU pairs can reach each other directly: the peer-access matrix.
 
 Bandwidth = size_bytes / time, decimal GB/s (units.GBps); times from labutils.timing (CUDA
-events on a GPU, perf_counter on the CPU), after untimed warm-up copies.
+events on a GPU, perf_counter on the CPU), after untimed warm-up copies. Each copy is held
+against the band its wire should reach (`expected_bands`: the live PCIe generation and width
+from NVML, the pair's path and peer access) and stated as a fraction of the wire's rate
+(`wire_fraction`: measured / the band's high end).
 """
 
 from __future__ import annotations
@@ -76,6 +79,12 @@ def d2d(src: int, dst: int, size_bytes: int, iters: int = 10) -> CopyResult:
     return time_copy(b, a, "D2D", f"cuda:{src}", iters)
 
 
+def copy_ceiling_GBps(device: int = 0, size_bytes: int = 64 << 20, iters: int = 10) -> float:
+    """The slower of the pinned H2D and D2H copies of GPU `device` (GB/s): the ceiling of any
+    traffic that leaves this GPU through host memory and enters a GPU again (gloo on CUDA)."""
+    return min(r.GBps for r in h2d_d2h(device, size_bytes, iters))
+
+
 def peer_access_matrix() -> pd.DataFrame | None:
     """`torch.cuda.can_device_access_peer(i, j)` for every pair (True on the diagonal); None without GPUs."""
     import torch
@@ -104,21 +113,78 @@ def measure_copies(size_bytes: int, iters: int = 10, progress: bool = True) -> p
     return pd.DataFrame([r.__dict__ for r in rows])
 
 
-def expected_bands(frame: pd.DataFrame, topo=None, pcie_gen: int = 4) -> list[tuple[float, float] | None]:
-    """The link table's (low, high) GB/s for each copy in `frame`: H2D/D2H ride the PCIe link of
-    generation `pcie_gen`; D2D rides the pair's path in `topo` (None without a topology, and for
-    host copies, which cross no link)."""
-    from labutils.links import pcie_figure
-    from labutils.topology import pair_path
+@dataclass(frozen=True)
+class Band:
+    """What one copy should reach: `low_GBps`..`high_GBps` from the link table, where `high_GBps`
+    is the wire's rate (no copy beats it), the `route` the bytes take, the table row, and a note."""
 
-    bands: list[tuple[float, float] | None] = []
+    low_GBps: float
+    high_GBps: float
+    route: str
+    reference: str
+    note: str = ""
+
+    def __iter__(self):  # (low, high), as the plots take it
+        return iter((self.low_GBps, self.high_GBps))
+
+
+def _gpu_index(device: str) -> int:
+    return int(str(device).split(":")[1]) if ":" in str(device) else 0
+
+
+def expected_bands(frame: pd.DataFrame, topo=None, facts=(), peers: pd.DataFrame | None = None,
+                   pcie_gen: int = 4) -> list[Band | None]:
+    """The expected band of each copy in `frame` (a pure function: NVML facts, topology and the
+    peer-access matrix are passed in).
+
+    H2D/D2H ride the GPU's own PCIe link: generation and width from NVML (`topology.host_link`;
+    PCIe `pcie_gen`.0 x16 when `facts` has nothing for that GPU), one DMA from pinned memory.
+    D2D rides the pair's path in `topo` at the lower generation and width of the two GPUs,
+    peer-to-peer where `peers` says the GPUs can reach each other and through host memory where it
+    says they cannot (NCCL's default when `peers` is None). Host copies cross no link: None.
+    """
+    from labutils.pcie import pcie_band
+    from labutils.topology import expected_figure, host_link, path_route
+
+    by_gpu = {f.index: f for f in facts or ()}
+    links = lambda i: host_link(by_gpu.get(i), i, pcie_gen)  # noqa: E731
+    bands: list[Band | None] = []
     for r in frame.itertuples():
         if r.kind in ("H2D", "D2H"):
-            fig = pcie_figure(pcie_gen)
-            bands.append((fig.low_GBps, fig.high_GBps))
+            link = links(_gpu_index(r.dst if r.kind == "H2D" else r.src))
+            fig = pcie_band(link.gen, link.width)
+            bands.append(Band(fig.low_GBps, fig.high_GBps, f"{link.label}, one DMA from pinned host memory",
+                              fig.name, link.note))
         elif r.kind == "D2D" and topo is not None:
-            p = pair_path(topo, int(r.src.split(":")[1]), int(r.dst.split(":")[1]), pcie_gen)
-            bands.append((p.low_GBps, p.high_GBps))
+            i, j = _gpu_index(r.src), _gpu_index(r.dst)
+            a, b = links(i), links(j)
+            p2p = None if peers is None else bool(peers.iloc[i, j])
+            code = topo.link(i, j)
+            fig = expected_figure(code, min(a.gen, b.gen), p2p, min(a.width, b.width))
+            way = path_route(code, p2p)
+            note = ("no peer access: the driver copies through host memory" if p2p is False
+                    else "peer access unknown: NCCL's default assumed" if p2p is None and way != "NVLink" else "")
+            bands.append(Band(fig.low_GBps, fig.high_GBps, f"{code}, {way}", fig.name, note))
         else:
             bands.append(None)
     return bands
+
+
+def wire_fraction(GBps: float, band: Band | None) -> float:
+    """measured / the wire's rate (the band's high end): 55.4 GB/s on PCIe 5.0 x16 (63) is 0.88;
+    NaN without a band."""
+    if band is None or not band.high_GBps > 0:
+        return float("nan")
+    return float(GBps) / band.high_GBps
+
+
+def copy_table(frame: pd.DataFrame, bands: list[Band | None]) -> pd.DataFrame:
+    """The copies beside their expectations: kind, src, dst, GBps, expected (low-high GB/s), wire_GBps,
+    of_wire (measured / wire rate), route and note."""
+    rows = []
+    for r, band in zip(frame.itertuples(), bands):
+        rows.append({"kind": r.kind, "src": r.src, "dst": r.dst, "GBps": r.GBps,
+                     "expected": f"{band.low_GBps:g}-{band.high_GBps:g}" if band else "no link",
+                     "wire_GBps": band.high_GBps if band else float("nan"), "of_wire": wire_fraction(r.GBps, band),
+                     "route": band.route if band else "CPU memory, no link", "note": band.note if band else ""})
+    return pd.DataFrame(rows)

@@ -20,10 +20,14 @@ Warm-up steps are not timed; rank 0 fixes the step count for all; configurations
 are timed in interleaved rounds; `summarize` gives the median and p10/p90 over steps. Every
 rank, the one-rank baseline too, runs one CPU thread (`THREADS_PER_RANK`, see `measure`).
 
-Prediction (times in ms, bytes, decimal GB/s): compute from the one-rank step,
-comm_ms = buckets * alpha_us / 1e3 + 2(N-1)/N * grad_bytes / (busbw_GBps * 1e6), then
-no overlap = compute + comm (the sum bound) and ideal overlap = forward + optimizer +
-max(backward, comm) (the max bound: only backward can hide communication).
+Prediction (times in ms, bytes, decimal GB/s): compute from the one-rank step (or, where ranks
+share a GPU, from the N-rank run's own backward: `bounds_compute`); comm = the sum over DDP's
+buckets of the measured all-reduce curve read at each bucket's size (`bucket_comm_ms`, log-log
+interpolation of the sweep; one alpha-beta line over 1 KiB-64 MiB misses gloo's bandwidth
+falling once messages leave the cache), or the line buckets * alpha_us / 1e3 + 2(N-1)/N *
+grad_bytes / (busbw_GBps * 1e6) when no sweep is given; then no overlap = compute + comm (the
+sum bound) and ideal overlap = forward + optimizer + max(backward, comm) (the max bound: only
+backward can hide communication). `contention_worker` measures why the bounds fail on a CPU.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from labutils.collectives import agree_iters, bus_factor, element_bytes
-from labutils.fit import predict_comm_ms
+from labutils.fit import CurvePrediction, predict_comm_ms
 from labutils.units import format_size
 from labutils.validate import LabInputError, check_choice, check_int, check_range
 
@@ -97,29 +101,95 @@ def rank_slice(global_batch: int, rank: int, world_size: int) -> slice:
     return slice(rank * per_rank, (rank + 1) * per_rank)
 
 
-def ddp_bucket_count(param_bytes: list[int], bucket_cap_mb: float, first_bucket_mb: float = FIRST_BUCKET_MB) -> int:
-    """How many all-reduces DDP issues per step: parameters in reverse order, packed greedily.
+def ddp_bucket_sizes(param_bytes: list[int], bucket_cap_mb: float,
+                     first_bucket_mb: float = FIRST_BUCKET_MB) -> list[int]:
+    """The bytes of each all-reduce DDP issues per step: parameters in reverse order, packed greedily.
 
     The first bucket closes at `first_bucket_mb` MiB, later ones at `bucket_cap_mb` MiB; a tensor
     larger than the cap gets a bucket of its own. (DDP's own packing, without its dtype split.)
     """
     check_range("bucket_cap_mb", bucket_cap_mb, low=0, low_open=True, unit="MiB")
-    buckets, filled, cap = 0, 0, first_bucket_mb * 2**20
+    buckets: list[int] = []
+    filled, cap = 0, first_bucket_mb * 2**20
     for nbytes in reversed(param_bytes):
-        if filled == 0:
-            buckets += 1
-        filled += nbytes
+        filled += int(nbytes)
         if filled >= cap:
+            buckets.append(filled)
             filled, cap = 0, bucket_cap_mb * 2**20
+    if filled:
+        buckets.append(filled)
     return buckets
+
+
+def ddp_bucket_count(param_bytes: list[int], bucket_cap_mb: float, first_bucket_mb: float = FIRST_BUCKET_MB) -> int:
+    """How many all-reduces DDP issues per step (`ddp_bucket_sizes`)."""
+    return len(ddp_bucket_sizes(param_bytes, bucket_cap_mb, first_bucket_mb))
+
+
+def _mlp_param_bytes(width: int, depth: int) -> list[int]:
+    sizes = []
+    for _ in range(depth):
+        sizes += [BYTES_PER_PARAM * width * width, BYTES_PER_PARAM * width]
+    return sizes
+
+
+def mlp_bucket_sizes(width: int, depth: int, bucket_cap_mb: float) -> list[int]:
+    """`ddp_bucket_sizes` for the lab's MLP (weight then bias of each layer)."""
+    return ddp_bucket_sizes(_mlp_param_bytes(width, depth), bucket_cap_mb)
 
 
 def mlp_bucket_count(width: int, depth: int, bucket_cap_mb: float) -> int:
     """`ddp_bucket_count` for the lab's MLP (weight then bias of each layer)."""
-    sizes = []
-    for _ in range(depth):
-        sizes += [BYTES_PER_PARAM * width * width, BYTES_PER_PARAM * width]
-    return ddp_bucket_count(sizes, bucket_cap_mb)
+    return len(mlp_bucket_sizes(width, depth, bucket_cap_mb))
+
+
+def bucket_size_range(widths, depth: int, bucket_caps_mb=(), default_cap_mb: float = 25.0) -> tuple[int, int]:
+    """(smallest, largest) all-reduce a set of runs makes, in bytes: DDP's buckets of every model
+    at the default cap, of the widest at each of `bucket_caps_mb`, and each whole gradient (the
+    no-overlap variant). The range an all-reduce sweep must cover to predict them all."""
+    widths = [int(w) for w in np.atleast_1d(widths)]
+    sizes = [b for w in widths for b in mlp_bucket_sizes(w, depth, default_cap_mb)]
+    sizes += [b for c in bucket_caps_mb for b in mlp_bucket_sizes(max(widths), depth, float(c))]
+    sizes += [mlp_gradient_bytes(w, depth) for w in widths]
+    return int(min(sizes)), int(max(sizes))
+
+
+# --- the sizes of notebook 07, a pure function of the route --------------------------------------
+
+@dataclass(frozen=True)
+class ExperimentPlan:
+    """Model sizes (gradient MiB), per-rank batch, DDP bucket caps, steps and warm-up of notebook 07,
+    and why they suit the route."""
+
+    gradient_mib: tuple[float, ...]
+    batch_per_rank: int
+    bucket_caps_mb: tuple[float, ...]
+    steps: int
+    warmup: int
+    why: str
+
+
+def experiment_plan(route, quick: bool) -> ExperimentPlan:
+    """The sizes for `route` (a machine.Route; only its device and GPU sharing matter).
+
+    The bounds say something only when backward and the all-reduce are of the same order. Their
+    ratio is about batch x busbw / flop rate, whatever the width (backward ~ 4 b W^2 depth flops,
+    the gradient 4 W^2 depth bytes). A CPU core (~1e10-1e11 flop/s) against gloo on CPU (~1 GB/s)
+    is there at b = 32; a GPU (~6.7e13 fp32 flop/s on an H200) against gloo through host memory
+    (~1.7 GB/s, and the GPU's time shared by the ranks) needs thousands of rows: b = 8192, and 4096
+    with a GPU per rank and NCCL.
+    """
+    if not getattr(route, "on_gpu", False):
+        if quick:
+            return ExperimentPlan((1, 4), 32, (0.5, 2), 6, 2, "CPU: one core per rank; small models keep it quick")
+        return ExperimentPlan((2, 8, 32, 64), 32, (1, 4, 16, 64), 20, 3,
+                              "CPU: one core per rank, a batch of 32 rows per rank")
+    batch = 8192 if route.shares_gpu else 4096
+    why = (f"GPU: compute takes microseconds per row, so {batch} rows per rank give a backward pass of "
+           "milliseconds, comparable to the all-reduce")
+    if quick:
+        return ExperimentPlan((4, 16), batch // 4, (1, 4), 6, 2, why)
+    return ExperimentPlan((2, 8, 32, 64), batch, (1, 4, 16, 64), 20, 3, why)
 
 
 # --- one configuration of the step ------------------------------------------------------------
@@ -207,8 +277,6 @@ class _Step:
             self.model = DDP(model, device_ids=ids, bucket_cap_mb=cfg.bucket_cap_mb,
                              gradient_as_bucket_view=cfg.mode == "ddp")
         self.opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
-        on_gpu = ctx.device.startswith("cuda") and ctx.backend == "nccl"
-        self.barrier_kwargs = {"device_ids": [torch.device(ctx.device).index]} if on_gpu else {}
         self.params = list(model.parameters())
 
     def loss(self):
@@ -232,6 +300,8 @@ class _Step:
 
         import torch.distributed as dist
 
+        from labutils.timing import barrier
+
         quiet = self.model.no_sync() if self.cfg.mode == "no_overlap" else contextlib.nullcontext()
         with quiet:
             with sec("forward_ms"):
@@ -240,7 +310,7 @@ class _Step:
                 loss.backward()
         if self.flat is not None:
             with sec("wait_ms"):  # for the slowest rank: imbalance, kept apart from moving bytes
-                dist.barrier(**self.barrier_kwargs)
+                barrier(self.device)
             with sec("allreduce_ms"):
                 dist.all_reduce(self.flat)
                 self.flat.div_(self.world)
@@ -385,6 +455,13 @@ def measure(configs: list[StepConfig], nproc: int, backend: str = "auto", device
     cores and one rank one core, so the speedup compares one worker with N workers, as one GPU
     with N GPUs, and not one rank that may use every core with N ranks that share them.
     """
+    return _launch(configs, nproc, backend, device, timeout_s, progress, ddp_reference, interleave)[0]
+
+
+def _launch(configs, nproc, backend, device, timeout_s, progress, ddp_reference=True, interleave=True,
+            contention: dict | None = None) -> tuple[pd.DataFrame, dict | None]:
+    """One launch of `configs` (and, when `contention` gives its model, the contention probe after
+    them): (steps frame, probe result or None)."""
     from labutils.launch import launch, resolve_backend
     from labutils.progress import rank_progress
 
@@ -394,11 +471,104 @@ def measure(configs: list[StepConfig], nproc: int, backend: str = "auto", device
     choice = resolve_backend(backend, device, nproc)
     with rank_progress(max(c.steps for c in configs), f"{nproc} rank(s), {choice.backend}/{choice.device}",
                        progress, unit="step") as on_report:
-        results = launch(train_worker, nproc, args=(list(configs),),
-                         kwargs={"ddp_reference": ddp_reference, "interleave": interleave},
+        results = launch(_run_worker, nproc, args=(list(configs),),
+                         kwargs={"ddp_reference": ddp_reference, "interleave": interleave, "contention": contention},
                          backend=choice.backend, device=choice.device, timeout_s=timeout_s,
                          threads_per_rank=THREADS_PER_RANK, on_report=on_report)
-    return pd.DataFrame(results[0])
+    return pd.DataFrame(results[0]["rows"]), results[0]["contention"]
+
+
+def _run_worker(ctx, configs, ddp_reference: bool = True, interleave: bool = True,
+                contention: dict | None = None) -> dict:
+    """`train_worker`, then (with `contention`) `contention_worker`, in the same ranks."""
+    rows = train_worker(ctx, configs, ddp_reference, interleave)
+    probe = contention_worker(ctx, **contention) if contention else None
+    return {"rows": rows, "contention": probe}
+
+
+# --- why the bounds hold, or not: backward and the all-reduce, alone and together ----------------
+
+def contention_worker(ctx, width: int, depth: int = 4, batch_per_rank: int = 32, reps: int = 5) -> dict:
+    """Time, on every rank, backward alone, one all-reduce of a gradient-sized buffer alone, and the
+    two together (the all-reduce started asynchronously just before backward, waited for after).
+
+    Ideal overlap makes "together" the longer of the two; sharing the same cores (the CPU route:
+    gloo's threads and backward run on the ranks' cores) makes it their sum or more. Median over
+    `reps` aligned repetitions (one untimed first); each figure is the slowest rank's (ms).
+    """
+    import torch
+    import torch.distributed as dist
+
+    from labutils.timing import SectionTimer, barrier, synchronize
+
+    model = build_mlp(width, depth).to(ctx.device)
+    x, y = synthetic_batch(batch_per_rank * ctx.world_size, width, 1)
+    part = rank_slice(len(x), ctx.rank, ctx.world_size)
+    x, y = x[part].to(ctx.device), y[part].to(ctx.device)
+    count = mlp_param_count(width, depth)
+    alone, beside = torch.zeros(count, device=ctx.device), torch.zeros(count, device=ctx.device)
+
+    def loss():
+        return torch.nn.functional.mse_loss(model(x), y)
+
+    def once(what: str) -> float:
+        timer = SectionTimer(ctx.device)
+        value = loss() if what != "allreduce" else None
+        barrier(ctx.device)
+        with timer.section(what):
+            if what == "backward":
+                value.backward()
+            elif what == "allreduce":
+                dist.all_reduce(alone)
+            else:
+                work = dist.all_reduce(beside, async_op=True)
+                value.backward()
+                work.wait()
+        synchronize(ctx.device)
+        model.zero_grad(set_to_none=False)
+        return timer.totals_ms()[what]
+
+    samples = {k: [] for k in ("backward", "allreduce", "together")}
+    for r in range(reps + 1):
+        for what in samples:
+            ms = once(what)
+            if r:
+                samples[what].append(ms)
+    medians = torch.tensor([float(np.median(v)) for v in samples.values()], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(medians, op=dist.ReduceOp.MAX)
+    backward, allreduce, together = medians.cpu().tolist()
+    return {"width": width, "depth": depth, "batch_per_rank": batch_per_rank, "gradient_bytes":
+            mlp_gradient_bytes(width, depth), "backward_ms": backward, "allreduce_ms": allreduce,
+            "together_ms": together, "world_size": ctx.world_size, "backend": ctx.backend,
+            "device": ctx.device.split(":")[0]}
+
+
+def contention_table(probe: dict) -> pd.DataFrame:
+    """The probe as a small table (ms): backward alone, the all-reduce alone, both together, against
+    ideal overlap (the longer of the two) and no overlap at all (their sum); `together / sum` near or
+    above 1 says the two did not overlap: they shared the same cores."""
+    b, c, both = probe["backward_ms"], probe["allreduce_ms"], probe["together_ms"]
+    rows = [("backward alone", b), ("all-reduce alone", c), ("both together, measured", both),
+            ("ideal overlap: max(backward, all-reduce)", max(b, c)), ("no overlap: backward + all-reduce", b + c)]
+    table = pd.DataFrame(rows, columns=["what", "ms"]).set_index("what")
+    table["vs no overlap"] = table["ms"] / (b + c)
+    return table
+
+
+def overlap_verdict(probe: dict, margin: float = 0.9) -> str:
+    """One sentence from the probe: did backward and the all-reduce overlap?
+
+    `together` at or above `margin` x (backward + all-reduce) means they ran one after the other
+    (or got in each other's way); near max(backward, all-reduce) means they overlapped.
+    """
+    b, c, both = probe["backward_ms"], probe["allreduce_ms"], probe["together_ms"]
+    hidden = (b + c - both) / min(b, c) if min(b, c) > 0 else 0.0
+    if both >= margin * (b + c):
+        return (f"No overlap: together {both:.3g} ms against {b:.3g} + {c:.3g} = {b + c:.3g} ms one after the "
+                f"other ({both / (b + c):.0%} of the sum). Backward and the all-reduce shared the same cores, so "
+                "the ideal-overlap bound does not apply here.")
+    return (f"Overlap: together {both:.3g} ms, below the sum {b + c:.3g} ms; {max(0.0, min(1.0, hidden)):.0%} of the "
+            f"shorter part was hidden (ideal: {max(b, c):.3g} ms).")
 
 
 def _p(q):
@@ -463,6 +633,42 @@ def predict_step(single_row, world_size: int, busbw_GBps: float, alpha_us: float
                           float(single_row["optimizer_ms"]), float(comm), int(buckets))
 
 
+def bucket_comm_ms(sweep: pd.DataFrame, bucket_bytes) -> tuple[float, CurvePrediction]:
+    """The all-reduce time of a step's buckets read off the measured sweep, in ms: the sum over
+    buckets of the measured curve interpolated at each bucket's size (`fit.interpolate_time_us`).
+    The sweep must have run on the step's rank count. Returns (ms, the per-bucket reading)."""
+    from labutils.fit import interpolate_time_us
+
+    reading = interpolate_time_us(sweep, list(bucket_bytes))
+    return float(np.sum(reading.time_us)) / 1e3, reading
+
+
+def is_between(measured_ms: float, prediction: StepPrediction) -> bool:
+    """Ideal overlap <= measured <= no overlap: the step lies between its two bounds."""
+    return prediction.overlap_ms <= measured_ms <= prediction.no_overlap_ms
+
+
+def bounds_compute(route) -> str:
+    """Where the bounds take compute from on `route` (a machine.Route): "n_rank" (the N-rank run's
+    own backward without sync) when ranks share a GPU, whose compute then runs at a fraction of
+    the one-rank speed; else "one_rank" (a true prediction from one rank)."""
+    return "n_rank" if getattr(route, "shares_gpu", False) else "one_rank"
+
+
+def bounds_expected(route) -> bool:
+    """Should the measured DDP step lie between the bounds on `route`? Yes on a GPU, where the
+    compute runs on the GPU and the all-reduce elsewhere (gloo's CPU threads, or NCCL's own
+    kernels beside backward), so overlap is real. Not on the CPU route: backward and gloo's
+    threads share the ranks' cores (`contention_worker` shows it with numbers)."""
+    return bool(getattr(route, "on_gpu", False))
+
+
+def between_bounds_figure(table: pd.DataFrame) -> str:
+    """"k/n": of the n DDP runs with default buckets in a `prediction_table`, k lay between the bounds."""
+    ddp = table[(table["mode"] == "ddp") & (table["bucket_cap_mb"] == DEFAULT_BUCKET_MB)]
+    return f"{int(ddp['between'].sum())}/{len(ddp)}"
+
+
 def predicted_efficiency(gradient_bytes, busbw_GBps, compute_ms, world_size, alpha_us=0.0, buckets=1,
                          hideable=0.0, scaling="weak"):
     """Predicted scaling efficiency (0..1) of an N-rank data-parallel step; numpy-vectorised.
@@ -506,16 +712,26 @@ def min_busbw_for_efficiency(gradient_bytes, compute_ms, world_size, efficiency=
 DEFAULT_BUCKET_MB = 25.0  # DDP's default bucket_cap_mb
 
 
+@dataclass(frozen=True)
+class DataParallelRun:
+    """What `scaling_experiment` measured: the `summary` (one row per run, ms) and the `contention`
+    probe on N ranks (`contention_worker`, None when not asked for)."""
+
+    summary: pd.DataFrame
+    contention: dict | None = None
+
+
 def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: int = 2, steps: int = 10,
                        warmup: int = 2, bucket_caps_mb=(), bucket_width: int | None = None,
                        backend: str = "auto", device: str = "auto", min_time_s: float = 0.0,
-                       timeout_s: float = 600.0, progress: bool = True) -> pd.DataFrame:
+                       timeout_s: float = 600.0, progress: bool = True, contention: bool = True) -> DataParallelRun:
     """Measure each model (one per width) every way; the summary, one row per run (ms).
 
     One launch of 1 rank: each model at the per-rank batch b (weak-scaling baseline) and at the
     global batch N b (strong-scaling baseline). One launch of N ranks at b per rank: DDP with the
     default 25 MiB buckets and the no-overlap variant for each model, then DDP at each of
-    `bucket_caps_mb` for the model of `bucket_width` (default: the widest).
+    `bucket_caps_mb` for the model of `bucket_width` (default: the widest), then (`contention`) the
+    contention probe on the widest model.
     """
     widths = [int(w) for w in np.atleast_1d(widths)]
     bucket_width = bucket_width or max(widths)
@@ -526,10 +742,12 @@ def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: 
         many += [replace(base, mode="ddp"), replace(base, mode="no_overlap")]
     base = replace(many[0], width=bucket_width, mode="ddp")
     many += [replace(base, bucket_cap_mb=float(c)) for c in bucket_caps_mb if float(c) != DEFAULT_BUCKET_MB]
+    probe = {"width": max(widths), "depth": depth, "batch_per_rank": batch_per_rank} if contention else None
     one = summarize(measure(singles, 1, backend, device, timeout_s, progress))
-    n = summarize(measure(many, nproc, backend, device, timeout_s, progress))
+    steps_n, found = _launch(many, nproc, backend, device, timeout_s, progress, contention=probe)
+    n = summarize(steps_n)
     n["run"] += len(one)
-    return pd.concat([one, n], ignore_index=True)
+    return DataParallelRun(pd.concat([one, n], ignore_index=True), found)
 
 
 def _single(summary: pd.DataFrame, run: pd.Series, batch: int) -> pd.Series:
@@ -568,34 +786,51 @@ def _own_compute(run: pd.Series) -> dict:
 
 
 def prediction_table(summary: pd.DataFrame, busbw_GBps: float, alpha_us: float,
-                     compute: str = "one_rank") -> pd.DataFrame:
+                     compute: str = "one_rank", sweep: pd.DataFrame | None = None) -> pd.DataFrame:
     """Predicted bounds against the measured step for every N-rank run (ms).
 
     compute="one_rank": forward, backward and optimizer from the one-rank run of the same model at
     the same per-rank batch (a true prediction). compute="n_rank": from the N-rank run itself
     (backward without sync), which keeps what sharing the machine did to compute and tests only
-    the communication model. DDP all-reduces in `mlp_bucket_count` buckets, the no-overlap
-    variant in one. `between`: overlap bound <= measured <= no-overlap bound;
-    errors are |predicted - measured| / measured. `comm_measured_ms` (no-overlap runs) is the
-    all-reduce alone and `wait_ms` the wait for the slowest rank, which the bounds leave out.
+    the communication model. DDP all-reduces in `mlp_bucket_sizes` buckets, the no-overlap
+    variant in one.
+
+    The all-reduce: with `sweep` (a measured all_reduce sweep on the same rank count, covering the
+    buckets' sizes) each bucket's time is read off the measured curve (`bucket_comm_ms`);
+    `comm_line_ms` is the alpha-beta line's figure beside it, and `extrapolated` flags runs with a
+    bucket outside the measured range. Without `sweep` the line is the prediction.
+
+    `between`: overlap bound <= measured <= no-overlap bound; errors are |predicted - measured| /
+    measured. `comm_measured_ms` (no-overlap runs) is the all-reduce alone and `wait_ms` the wait
+    for the slowest rank, which the bounds leave out.
     """
     check_choice("compute", compute, ("one_rank", "n_rank"))
+    runs = summary[summary["mode"] != "single"]
+    if sweep is not None and set(sweep["world_size"]) != set(runs["world_size"]):
+        raise LabInputError(f"the sweep ran on {sorted(set(sweep['world_size']))} ranks but the steps on "
+                            f"{sorted(set(runs['world_size']))}: read the curve of the same rank count")
     rows = []
-    for _, run in summary[summary["mode"] != "single"].iterrows():
-        buckets = 1 if run["mode"] == "no_overlap" else mlp_bucket_count(run["width"], run["depth"],
-                                                                           run["bucket_cap_mb"])
+    for _, run in runs.iterrows():
+        width, depth, n = int(run["width"]), int(run["depth"]), int(run["world_size"])
+        sizes = [int(run["gradient_bytes"])] if run["mode"] == "no_overlap" else \
+            mlp_bucket_sizes(width, depth, run["bucket_cap_mb"])
         source = _single(summary, run, int(run["batch_per_rank"])) if compute == "one_rank" else _own_compute(run)
-        pred = predict_step(source, int(run["world_size"]), busbw_GBps, alpha_us, buckets)
+        line = predict_step(source, n, busbw_GBps, alpha_us, len(sizes))
+        pred, extrapolated = line, False
+        if sweep is not None:
+            comm, reading = bucket_comm_ms(sweep, sizes)
+            pred, extrapolated = replace(line, comm_ms=comm), reading.any_extrapolated
         measured = float(run["step_ms"])
         comm_measured = run["allreduce_ms"] if run["mode"] == "no_overlap" else math.nan
         rows.append({"run": run["run"], "mode": run["mode"], "bucket_cap_mb": run["bucket_cap_mb"],
-                     "gradient_bytes": run["gradient_bytes"], "buckets": buckets, "compute_ms": pred.compute_ms,
-                     "comm_pred_ms": pred.comm_ms, "comm_measured_ms": comm_measured, "wait_ms": run["wait_ms"],
+                     "gradient_bytes": run["gradient_bytes"], "buckets": len(sizes), "compute_ms": pred.compute_ms,
+                     "backward_ms": pred.backward_ms, "comm_pred_ms": pred.comm_ms, "comm_line_ms": line.comm_ms,
+                     "extrapolated": extrapolated, "comm_measured_ms": comm_measured, "wait_ms": run["wait_ms"],
                      "no_overlap_pred_ms": pred.no_overlap_ms,
                      "overlap_pred_ms": pred.overlap_ms, "measured_ms": measured,
                      "error_no_overlap": abs(pred.no_overlap_ms - measured) / measured,
                      "error_overlap": abs(pred.overlap_ms - measured) / measured,
-                     "between": pred.overlap_ms <= measured <= pred.no_overlap_ms})
+                     "between": is_between(measured, pred)})
     return pd.DataFrame(rows)
 
 

@@ -38,12 +38,12 @@ import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from labutils.links import LinkFigure, link_figure, nvlink_figure, pcie_figure
+from labutils.links import LinkFigure, link_figure
 from labutils.pcie import (GT_PER_LANE, WIDTHS, PciDevice, bridges_above, normalize_address, nvidia_gpus,
                            pcie_band, read_lspci_file)
 from labutils.results import DATA_DIR, REPO_ROOT
-from labutils.topology import (DEFAULT_PCIE_GEN, PATHS, GpuFacts, Topology, classify, group_bottleneck,
-                               list_samples, read_topology_file, sample_pcie_gen)
+from labutils.topology import (DEFAULT_PCIE_GEN, PATHS, GpuFacts, Topology, classify, expected_figure,
+                               group_bottleneck, list_samples, read_topology_file, sample_pcie_gen)
 from labutils.units import format_size
 from labutils.validate import LabInputError, check_range
 
@@ -76,23 +76,15 @@ P2P_LEVEL_INTS = {0: "LOC", 1: "PIX", 2: "PXB", 3: "PHB", 4: "SYS", 5: "SYS"}
 # ---- bands at the links' current generation and width ---------------------------------------
 
 def path_band(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, pcie_width: int = 16) -> LinkFigure:
-    """The link table's band for a path code at PCIe generation `pcie_gen` and `pcie_width` lanes.
+    """The link table's band for a path code at PCIe generation `pcie_gen` and `pcie_width` lanes,
+    with the bytes going GPU to GPU: `topology.expected_figure(code, gen, p2p=True, width)`.
 
-    NV#: `nvlink_figure(#)` (PCIe does not matter). PIX/PXB/PHB/NODE: `pcie.pcie_band(gen, width)`.
-    SYS: high = the PCIe band's low (typical) figure, low = its high figure x (22 / 63), the
-    article's measured SYS busbw over the PCIe 5.0 specification; at x16 and gen 3-5 this is
-    `topology.expected_figure`.
+    NV#: the NVLink figure (PCIe does not matter). PIX/PXB/PHB/NODE: the PCIe band
+    (`pcie.pcie_band`); SYS: high = the PCIe band's low (typical) figure, low = its high figure x
+    (22 / 63), the article's measured SYS busbw over the PCIe 5.0 specification. A route through
+    host memory is a shortfall cause (no_p2p), not a lower band.
     """
-    code = "SYS" if code == "SOC" else code
-    if code.startswith("NV"):
-        return nvlink_figure(int(code[2:]))
-    pcie = pcie_band(pcie_gen, pcie_width)
-    if code != "SYS":
-        return pcie
-    sys_row, gen5 = link_figure("PCIe 5.0 x16 across sockets (SYS)"), pcie_figure(5)
-    low = pcie.high_GBps * sys_row.low_GBps / gen5.high_GBps
-    return LinkFigure(f"PCIe {pcie_gen}.0 x{pcie_width} across sockets (SYS)", "SYS", round(low, 2), pcie.low_GBps,
-                      "scaled from measured busbw", f"{sys_row.source}; scaled by the PCIe spec ratio")
+    return expected_figure(code, pcie_gen, True, pcie_width)
 
 
 def _band_text(fig: LinkFigure) -> str:

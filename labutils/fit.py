@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from labutils.collectives import bus_factor
+from labutils.units import format_size
 from labutils.validate import LabInputError, check_int, check_range
 
 # The source article's example: a 200 MB gradient (decimal MB) on a link with busbw ~22 GB/s.
@@ -238,6 +239,59 @@ def heldout_table(frame: pd.DataFrame, column: str = "time_us") -> tuple[LinkFit
     table = relative_errors(rows, part, column)
     table["held_out"] = table["size_bytes"].isin(held["size_bytes"])
     return part, table
+
+
+# --- the measured curve, interpolated -------------------------------------------------------------
+
+EDGE_SLACK = 0.01  # sizes this close past the measured ends count as measured
+
+
+@dataclass(frozen=True)
+class CurvePrediction:
+    """All-reduce times read off a measured sweep. `time_us` per requested size; `extrapolated`
+    marks sizes outside [min_bytes, max_bytes], the range the sweep measured."""
+
+    size_bytes: np.ndarray
+    time_us: np.ndarray
+    extrapolated: np.ndarray
+    min_bytes: int
+    max_bytes: int
+
+    @property
+    def any_extrapolated(self) -> bool:
+        return bool(np.any(self.extrapolated))
+
+    def note(self) -> str:
+        """One sentence on what lies outside the measured range (empty when nothing does)."""
+        if not self.any_extrapolated:
+            return ""
+        sizes = ", ".join(format_size(int(s)) for s in self.size_bytes[self.extrapolated])
+        return (f"{sizes} lie outside the measured {format_size(self.min_bytes)}-{format_size(self.max_bytes)}: "
+                "above it the time grows in proportion to the bytes at the largest size's bandwidth, below it "
+                "the time is the smallest size's (extrapolated, not measured)")
+
+
+def interpolate_time_us(frame: pd.DataFrame, size_bytes, column: str = "time_us") -> CurvePrediction:
+    """All-reduce time for `size_bytes` read off the measured sweep `frame`, in microseconds.
+
+    Inside the measured range: straight lines between neighbouring sizes on log-log axes,
+    log t = log t_i + (log s - log s_i) (log t_j - log t_i) / (log s_j - log s_i), so a curve whose
+    bandwidth falls once messages leave the cache is followed where one alpha-beta line is not.
+    Outside it (flagged in `extrapolated`): above the largest size s_max, t = t_max * s / s_max (the
+    largest size's bandwidth, which a falling curve does not regain); below the smallest, t = t_min
+    (a fixed cost does not shrink). Sizes within EDGE_SLACK (1%) of an end, a model's width
+    rounding past a measured power of two, are not flagged. Rows with wrong elements are dropped;
+    needs 2 sizes or more.
+    """
+    rows = _clean_frame(frame, column).groupby("size_bytes", as_index=False)[column].median()
+    s = rows["size_bytes"].to_numpy(dtype=float)
+    t = rows[column].to_numpy(dtype=float)
+    want = np.atleast_1d(np.asarray(size_bytes, dtype=float))
+    check_range("size_bytes", want, low=0, low_open=True, unit="bytes")
+    inside = np.exp(np.interp(np.log(want), np.log(s), np.log(t)))
+    out = np.where(want > s[-1], t[-1] * want / s[-1], np.where(want < s[0], t[0], inside))
+    beyond = (want > s[-1] * (1 + EDGE_SLACK)) | (want < s[0] / (1 + EDGE_SLACK))
+    return CurvePrediction(want, out, beyond, int(s[0]), int(s[-1]))
 
 
 # --- the measured link as a result file --------------------------------------------------------

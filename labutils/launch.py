@@ -76,23 +76,28 @@ def cuda_device_count() -> int:
 
 def resolve_backend(backend: str = "auto", device: str = "auto", nproc: int = 2,
                     gpu_count: int | None = None) -> BackendChoice:
-    """Pick backend and device for `nproc` ranks, and say why.
+    """Pick backend and device for `nproc` ranks, and say why (a pure function of its arguments
+    once `gpu_count` is given; None reads torch.cuda).
 
-    auto: NCCL with one rank per GPU when there are at least `nproc` GPUs, else gloo on CPU.
-    NCCL needs CUDA tensors and one GPU per rank; gloo runs on CPU or (slowly) on CUDA tensors.
+    auto: NCCL with one rank per GPU when there are at least `nproc` GPUs; with fewer GPUs (but
+    at least one) gloo on CUDA tensors, the ranks sharing the GPU(s): the compute runs on the GPU
+    and every all-reduce crosses host memory (GPU -> host -> socket -> host -> GPU); without a
+    GPU, or with device="cpu", gloo across CPU processes. NCCL needs CUDA tensors and one GPU per
+    rank; gloo runs on CPU or (slowly) on CUDA tensors.
     """
     check_choice("backend", backend, BACKENDS)
     check_choice("device", device, DEVICES)
     nproc = check_int("nproc", nproc, low=1)
-    gpus = cuda_device_count() if gpu_count is None else gpu_count
+    gpus = cuda_device_count() if gpu_count is None else check_int("gpu_count", gpu_count, low=0)
     if backend == "auto":
         if device != "cpu" and gpus >= nproc:
             return BackendChoice("nccl", "cuda", f"{gpus} GPU(s) visible, {nproc} rank(s): NCCL, one GPU per rank")
-        if device == "cuda" and gpus >= 1:
-            return BackendChoice("gloo", "cuda", f"only {gpus} GPU(s) for {nproc} ranks: gloo on CUDA tensors")
+        if device != "cpu" and gpus >= 1:
+            return BackendChoice("gloo", "cuda", f"only {gpus} GPU(s) for {nproc} ranks: gloo on CUDA tensors, "
+                                                 f"{ranks_per_gpu(nproc, gpus)} ranks sharing each GPU")
         if device == "cuda":
             raise LabInputError("device='cuda' but no CUDA GPU is visible")
-        why = "no CUDA GPU visible" if gpus == 0 else f"only {gpus} GPU(s) for {nproc} ranks"
+        why = "no CUDA GPU visible" if gpus == 0 else "device='cpu' requested"
         return BackendChoice("gloo", "cpu", f"{why}: gloo across local CPU processes")
     if backend == "nccl":
         if device == "cpu":
@@ -105,6 +110,55 @@ def resolve_backend(backend: str = "auto", device: str = "auto", nproc: int = 2,
     if device == "cuda" and gpus == 0:
         raise LabInputError("device='cuda' but no CUDA GPU is visible")
     return BackendChoice("gloo", device, f"gloo requested on {device} tensors")
+
+
+def ranks_per_gpu(nproc: int, gpu_count: int) -> int:
+    """How many local ranks share the busiest GPU: ceil(nproc / gpu_count); 0 without GPUs."""
+    return 0 if gpu_count <= 0 else -(-int(nproc) // int(gpu_count))
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """How one rank joins the job: its backend, its device ("cpu" or "cuda:i"), the GPU it makes
+    current (`cuda_index`, None on the CPU) and the extra arguments of `dist.barrier`."""
+
+    backend: str
+    device: str
+    cuda_index: int | None
+    barrier_kwargs: dict
+
+
+def barrier_kwargs(backend: str, device: str) -> dict:
+    """Extra arguments of `dist.barrier` for a rank on `device`: NCCL's `device_ids=[i]` for
+    "cuda:i" (NCCL's barrier is an all-reduce on that GPU), none otherwise."""
+    device = str(device)
+    if backend == "nccl" and device.startswith("cuda:"):
+        return {"device_ids": [int(device.split(":", 1)[1])]}
+    return {}
+
+
+def rank_plan(backend: str, device: str, local_rank: int, gpu_count: int) -> RankPlan:
+    """The plan of local rank `local_rank` on a machine with `gpu_count` GPUs (a pure function).
+
+    On CUDA every rank uses GPU `local_rank % gpu_count` (gloo: ranks may share a GPU). NCCL
+    differs from gloo on CUDA in two things only: it needs one GPU per rank (local_rank <
+    gpu_count), and its barrier names the GPU (`device_ids`).
+    """
+    check_choice("backend", backend, ("gloo", "nccl"))
+    check_choice("device", device, ("cpu", "cuda"))
+    local_rank = check_int("local_rank", local_rank, low=0)
+    gpu_count = check_int("gpu_count", gpu_count, low=0)
+    if device == "cpu":
+        if backend == "nccl":
+            raise LabInputError("backend='nccl' needs device='cuda' (NCCL moves only GPU memory)")
+        return RankPlan(backend, "cpu", None, {})
+    if gpu_count == 0:
+        raise LabInputError("device='cuda' but no CUDA GPU is visible")
+    if backend == "nccl" and local_rank >= gpu_count:
+        raise LabInputError(f"local_rank={local_rank} has no GPU of its own ({gpu_count} visible); "
+                            "NCCL needs one GPU per rank")
+    index = local_rank % gpu_count
+    return RankPlan(backend, f"cuda:{index}", index, barrier_kwargs(backend, f"cuda:{index}"))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -129,25 +183,19 @@ def _die_with_parent() -> None:
         pass
 
 
-def _device_for(backend: str, device: str, local_rank: int) -> str:
-    if device == "cuda":
-        import torch
-
-        index = local_rank % max(1, torch.cuda.device_count())
-        torch.cuda.set_device(index)
-        return f"cuda:{index}"
-    return "cpu"
-
-
 def init_rank(backend: str, device: str, rank: int, world_size: int, local_rank: int,
               timeout_s: float, channel=None) -> RankContext:
     """Join the process group described by MASTER_ADDR/MASTER_PORT (env://) and build the context."""
     import torch.distributed as dist
 
-    dev = _device_for(backend, device, local_rank)
+    plan = rank_plan(backend, device, local_rank, cuda_device_count() if device == "cuda" else 0)
+    if plan.cuda_index is not None:
+        import torch
+
+        torch.cuda.set_device(plan.cuda_index)
     dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size,
                             timeout=_dt.timedelta(seconds=timeout_s))
-    return RankContext(rank, world_size, local_rank, backend, dev, channel)
+    return RankContext(rank, world_size, local_rank, backend, plan.device, channel)
 
 
 def _child(rank, nproc, port, backend, device, placement, deadline_unix, worker, args, kwargs, out_q, parent_pid):

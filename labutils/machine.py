@@ -236,22 +236,138 @@ def _lscpu_layout(allowed=None) -> CpuLayout:
 
 # ---- the machine check --------------------------------------------------------------------
 
-# notebook -> what it does in each case (cpu / one-gpu / multi-gpu)
+# notebook -> what it does in each case (cpu / one-gpu / multi-gpu); `route()` picks the column
+# from the backend and device a notebook really runs on
 ROUTES = {
     "00_check_your_machine": ("this check", "this check", "this check"),
-    "01_topology": ("NUMA layout and the shipped sample topologies", "nvidia-smi topo -m, NVML, host<->GPU copy bandwidth",
-                    "nvidia-smi topo -m, NVML, peer access, host<->GPU and GPU<->GPU copy bandwidth"),
-    "02_allreduce_sweep": ("gloo all-reduce across local CPU processes", "gloo on CPU (one GPU cannot all-reduce with itself)",
-                           "NCCL all-reduce across the GPUs, and gloo for comparison"),
-    "03_predicting_allreduce": ("alpha-beta fit of the gloo sweep", "alpha-beta fit of the gloo sweep",
+    "01_topology": ("NUMA layout and the shipped sample topologies",
+                    "nvidia-smi topo -m, NVML's PCIe generation and width, host<->GPU copies against the wire",
+                    "nvidia-smi topo -m, NVML, peer access, host<->GPU and GPU<->GPU copies against the wire"),
+    "02_allreduce_sweep": ("gloo all-reduce across local CPU processes",
+                           "gloo on CUDA tensors, 2 ranks sharing the GPU (GPU -> host -> socket -> host -> GPU), "
+                           "gloo on CPU beside it, the pinned host<->GPU copy as the wire's ceiling",
+                           "NCCL all-reduce across the GPUs, and gloo on CUDA tensors for comparison"),
+    "03_predicting_allreduce": ("alpha-beta fit of the gloo sweep", "alpha-beta fit of the gloo-on-CUDA sweep",
                                 "alpha-beta fit of the NCCL sweep"),
-    "04_tensor_parallel": ("2-rank split layer with gloo", "2-rank split layer with gloo", "2-rank split layer with NCCL"),
+    "04_tensor_parallel": ("2-rank split layer with gloo on CPU",
+                           "2-rank split layer computed on the GPU (ranks sharing it), gloo carrying the all-reduce",
+                           "2-rank split layer with NCCL, one GPU per rank"),
     "05_time_budget": ("the time-budget model (pure arithmetic)",) * 3,
-    "06_validating_the_budget": ("model vs a measured split layer on gloo", "model vs a measured split layer on gloo",
-                                 "model vs a measured split layer on NCCL"),
-    "07_data_parallel_training": ("DDP step with gloo on CPU", "DDP step with gloo on CPU", "DDP step with NCCL"),
+    "06_validating_the_budget": ("model vs a measured split layer on gloo, each rank on cores of its own",
+                                 "model vs a split layer computed on the GPU (ranks sharing it), gloo all-reduce",
+                                 "model vs a measured split layer on NCCL, one GPU per rank"),
+    "07_data_parallel_training": ("DDP step with gloo on CPU, one core per rank",
+                                  "DDP step computed on the GPU (ranks sharing it), gloo all-reduce on CPU threads",
+                                  "DDP step with NCCL, one GPU per rank"),
 }
 _CASES = ("cpu", "one-gpu", "multi-gpu")
+RANKED = ("02_allreduce_sweep", "03_predicting_allreduce", "04_tensor_parallel", "06_validating_the_budget",
+          "07_data_parallel_training")  # the notebooks that start ranks
+
+# What a route stands for, and what it cannot show, by (backend, device, ranks share a GPU).
+_MEANING = {
+    ("gloo", "cpu", False): (
+        "two devices that are two CPU cores, each rank a process with its own core(s), joined by gloo "
+        "over loopback and shared memory",
+        "GPU compute, NCCL, and the PCIe or NVLink wires between GPUs"),
+    ("gloo", "cuda", True): (
+        "two devices whose link is gloo through host memory (GPU -> host -> socket -> host -> GPU) and whose "
+        "compute shares one GPU's SMs, so each half may run no faster than the whole (eta can fall toward 0.5)",
+        "a second GPU's own compute, and NCCL or peer-to-peer traffic over PCIe or NVLink"),
+    ("gloo", "cuda", False): (
+        "GPUs of their own for every rank, joined the slow way: gloo staging every byte through host memory",
+        "what the same GPUs do with NCCL over their own wires"),
+    ("nccl", "cuda", False): (
+        "the real thing: one GPU per rank, NCCL over this machine's own wires (see notebook 01)",
+        "other machines' wires, and a second node's network (run the same code under torchrun)"),
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one notebook runs on a machine with `gpu_count` GPUs.
+
+    `backend`/`device` carry the collectives ("" and "cpu" for notebooks that start no ranks),
+    `nproc` ranks (0: none), `ranks_per_gpu` of them on the busiest GPU (0 on the CPU), `beside`
+    the (backend, device) sweeps drawn next to the main one, `copy_ceiling` whether the pinned
+    host<->GPU copy is drawn as the wire's ceiling (gloo on CUDA crosses it twice per hop); `measures`, `emulates` and `cannot_show`
+    say it in words.
+    """
+
+    notebook: str
+    case: str
+    gpu_count: int
+    backend: str
+    device: str
+    nproc: int
+    ranks_per_gpu: int
+    beside: tuple[tuple[str, str], ...]
+    copy_ceiling: bool
+    measures: str
+    emulates: str
+    cannot_show: str
+    reason: str
+
+    @property
+    def shares_gpu(self) -> bool:
+        """Several ranks on one GPU: their compute time-shares its SMs."""
+        return self.ranks_per_gpu > 1
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device == "cuda"
+
+    @property
+    def label(self) -> str:
+        if not self.nproc:
+            return self.measures
+        if not self.on_gpu:
+            return f"gloo between {self.nproc} CPU processes"
+        name = "NCCL" if self.backend == "nccl" else "gloo on CUDA tensors"
+        if self.shares_gpu:
+            gpus = min(self.gpu_count, self.nproc)
+            return f"{name}, {self.nproc} ranks sharing {gpus} GPU{'s' if gpus > 1 else ''}"
+        return f"{name}, {self.nproc} ranks, one GPU each"
+
+
+def _case_kind(gpu_count: int) -> str:
+    return "cpu" if gpu_count == 0 else "one-gpu" if gpu_count == 1 else "multi-gpu"
+
+
+def route(notebook: str, gpu_count: int, backend: str = "auto", device: str = "auto", nproc: int = 2) -> Route:
+    """The route of `notebook` on a machine with `gpu_count` GPUs (a pure function: the count is
+    given, never read). Backend and device come from `launch.resolve_backend`: NCCL with a GPU per
+    rank, gloo on CUDA tensors with ranks sharing fewer GPUs, gloo on CPU without a GPU."""
+    from labutils.launch import ranks_per_gpu, resolve_backend
+    from labutils.validate import check_choice, check_int
+
+    check_choice("notebook", notebook, tuple(ROUTES))
+    gpu_count = check_int("gpu_count", gpu_count, low=0)
+    case = _case_kind(gpu_count)
+    if notebook not in RANKED:
+        text = ROUTES[notebook][_CASES.index(case)]
+        return Route(notebook, case, gpu_count, "", "cpu" if gpu_count == 0 else "cuda", 0, 0, (),
+                     notebook == "01_topology" and gpu_count > 0, text, "nothing: it runs no ranks", "",
+                     "starts no ranks")
+    choice = resolve_backend(backend, device, nproc, gpu_count=gpu_count)
+    shared = ranks_per_gpu(nproc, gpu_count) if choice.device == "cuda" else 0
+    column = "cpu" if choice.device == "cpu" else "multi-gpu" if choice.backend == "nccl" else "one-gpu"
+    beside: tuple[tuple[str, str], ...] = ()
+    if notebook == "02_allreduce_sweep":
+        beside = (("gloo", "cuda"),) if choice.backend == "nccl" else (("gloo", "cpu"),) if choice.device == "cuda" else ()
+    emulates, cannot = _MEANING[(choice.backend, choice.device, shared > 1)]
+    return Route(notebook, case, gpu_count, choice.backend, choice.device, int(nproc), shared, beside,
+                 notebook == "02_allreduce_sweep" and choice.device == "cuda" and choice.backend == "gloo",
+                 ROUTES[notebook][_CASES.index(column)], emulates, cannot, choice.reason)
+
+
+def format_route(r: Route) -> str:
+    """The route in three plain lines: what runs, what it stands for, what it cannot show."""
+    if not r.nproc:
+        return f"Route: {r.measures}."
+    return (f"Route: {r.label}. Why: {r.reason}.\n"
+            f"It emulates {r.emulates}.\n"
+            f"It cannot show {r.cannot_show}.")
 
 
 @dataclass(frozen=True)
@@ -325,7 +441,6 @@ def check(ping: bool = False, gpu_count: int | None = None) -> MachineReport:
     if not gloo:
         detail = "torch.distributed has no gloo backend in this build"
     layout = cpu_layout()
-    col = _CASES.index(case.kind)
     from labutils.placement import machine_placement
 
     placement = machine_placement(2, layout=layout).explanation
@@ -335,7 +450,7 @@ def check(ping: bool = False, gpu_count: int | None = None) -> MachineReport:
         nccl_version=nccl, gloo_available=gloo, gloo_works=works, gloo_detail=detail,
         nvidia_smi=shutil.which("nvidia-smi"), cpu_cores=layout.cpus, sockets=layout.sockets,
         numa_nodes=layout.numa_nodes, case=case.kind,
-        route=tuple((nb, ways[col]) for nb, ways in ROUTES.items()), placement=placement)
+        route=tuple((nb, route(nb, case.gpu_count).measures) for nb in ROUTES), placement=placement)
 
 
 def format_report(r: MachineReport) -> str:

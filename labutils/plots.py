@@ -283,16 +283,17 @@ def topology_heatmap(topo, ax=None, title: str | None = None):
 
 def copy_bandwidth_bars(frame, expected=None, ax=None):
     """Measured copy bandwidths (GB/s) as bars, one per row of `frame` (copies.measure_copies);
-    `expected` is a list aligned with the rows of (low, high) bands from the link table, or None
-    per row, drawn as a grey band behind the bar."""
+    `expected` is a list aligned with the rows of (low, high) bands from the link table
+    (copies.Band or tuples), or None per row, drawn as a grey band behind the bar."""
     labels = [f"{r.kind} {r.src}->{r.dst}" for r in frame.itertuples()]
     if ax is None:
         _, ax = new_figure(figsize=(max(6.0, 0.6 * len(labels) + 2), 4.2))
     shown = False
     for k, band in enumerate(expected or []):
         if band is not None:
-            ax.fill_between([k - 0.45, k + 0.45], band[0], band[1], color="#999999", alpha=0.35, lw=0,
-                            label=None if shown else "link table range")
+            low, high = band
+            ax.fill_between([k - 0.45, k + 0.45], low, high, color="#999999", alpha=0.35, lw=0,
+                            label=None if shown else "link table range (top: the wire's rate)")
             shown = True
     ax.bar(range(len(labels)), frame["GBps"], color=PALETTE[0], width=0.6, label="measured")
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")

@@ -27,12 +27,17 @@ def synchronize(device: str) -> None:
 
 
 def barrier(device: str = "cpu") -> None:
-    """All ranks wait here (when a process group is up), after finishing queued device work."""
+    """All ranks wait here (when a process group is up), after finishing queued device work.
+
+    NCCL's barrier is told which GPU this rank uses (`launch.barrier_kwargs`); gloo needs nothing.
+    """
     import torch.distributed as dist
+
+    from labutils.launch import barrier_kwargs
 
     synchronize(device)
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+        dist.barrier(**barrier_kwargs(dist.get_backend(), device))
 
 
 def line_up(device: str = "cpu", untimed_step: Callable[[], object] | None = None) -> None:

@@ -1,5 +1,7 @@
 """What joins the devices: `nvidia-smi topo -m` read into a frozen Topology, each GPU pair's path
-classified in plain words, and the bandwidth that path can carry from `data/link_table.csv`.
+classified in plain words, the route its bytes take (peer-to-peer, or through host memory where
+peer access is off, NCCL's default beyond PXB), and the bandwidth that path can carry from
+`data/link_table.csv`. A GPU's own PCIe link (generation, width) comes from NVML (`host_link`).
 
 Link codes of `nvidia-smi topo -m`, fastest first:
     NV#  a bonded set of # NVLinks (directly or through NVSwitch)
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from labutils.links import LinkFigure, link_figure, nvlink_figure, pcie_figure
+from labutils.links import LinkFigure, link_figure, link_figures, nvlink_figure, pcie_figure, scale_to_pcie
 from labutils.results import DATA_DIR
 from labutils.validate import LabInputError, check_choice
 
@@ -259,8 +261,9 @@ def live_topology(timeout_s: float = 15.0) -> tuple[Topology | None, str]:
 
 @dataclass(frozen=True)
 class PairPath:
-    """One GPU pair: its code, path class, plain-language description and expected range
-    (decimal GB/s per direction) with the table row it came from."""
+    """One GPU pair: its code, path class, plain-language description, expected range (decimal
+    GB/s per direction) with the table row it came from, and its route ("NVLink", "peer-to-peer"
+    or "through host memory", see `path_route`)."""
 
     a: str
     b: str
@@ -272,25 +275,74 @@ class PairPath:
     low_GBps: float
     high_GBps: float
     reference: str
+    route: str = ""
 
 
-def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN) -> LinkFigure:
-    """The table's range for one link code.
+P2P_BY_DEFAULT = ("PIX", "PXB")  # NCCL's default P2P level is PXB (src/graph/paths.cc)
+HOST_MEMORY = "through host memory"
 
-    NV#: `nvlink_figure(#)`. PIX/PXB/PHB/NODE: the PCIe gen row. SYS: high = the gen row's typical
-    (low) figure, low = high-end x (measured SYS busbw / PCIe 5.0 spec), i.e. the source article's
-    22 of 63 GB/s carried over to the other generations.
+
+def path_route(code: str, p2p: bool | None = None) -> str:
+    """How the bytes of a GPU pair travel: "NVLink", "peer-to-peer" or "through host memory".
+
+    `p2p` is whether the two GPUs have peer access (torch.cuda.can_device_access_peer on a live
+    machine); None means unknown, and then NCCL's default decides: peer-to-peer up to PXB (one or
+    several PCIe switches), through host memory beyond (PHB, NODE, SYS). Without peer access,
+    every byte is copied GPU -> host memory -> GPU.
+    """
+    code = "SYS" if code == "SOC" else code
+    if code.startswith("NV"):
+        return "NVLink"
+    if p2p is None:
+        p2p = code in P2P_BY_DEFAULT
+    return "peer-to-peer" if p2p else HOST_MEMORY
+
+
+def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, p2p: bool | None = None,
+                    width: int = 16) -> LinkFigure:
+    """The table's range (GB/s per direction) for one link code on PCIe `pcie_gen` x`width`.
+
+    NV#: `nvlink_figure(#)`. PIX, PXB, PHB, NODE: their own rows (the PCIe link's rate) when the
+    pair goes peer-to-peer, the "through host memory" row (half to all of a clean link's typical
+    figure) when it does not (`path_route`). SYS: low = the source article's measured 22 GB/s on
+    PCIe 5.0 x16 (22 of 63, carried to other links by the specification's ratio), high = a clean
+    link's typical figure (~50 GB/s on PCIe 5.0 x16). Rows stated for PCIe 5.0 x16 are carried over
+    by `links.scale_to_pcie`; the figure's name says the route.
     """
     code = "SYS" if code == "SOC" else code
     if code.startswith("NV"):
         return nvlink_figure(int(code[2:]))
-    pcie = pcie_figure(pcie_gen)
-    if code != "SYS":
-        return pcie
-    sys_row, gen5 = link_figure("PCIe 5.0 x16 across sockets (SYS)"), pcie_figure(5)
-    low = pcie.high_GBps * sys_row.low_GBps / gen5.high_GBps
-    return LinkFigure(f"PCIe {pcie_gen}.0 x16 across sockets (SYS)", "SYS", round(low, 2), pcie.low_GBps,
-                      "scaled from measured busbw", f"{sys_row.source}; scaled to PCIe {pcie_gen}.0 by its spec ratio")
+    if code not in PATHS:
+        raise LabInputError(f"code={code!r} is not a GPU-to-GPU link code (X excluded)")
+    way = path_route(code, p2p)
+    if code == "SYS":
+        from labutils.pcie import pcie_band
+
+        row = link_figure("PCIe 5.0 x16 across sockets (SYS)")
+        this = pcie_band(pcie_gen, width)
+        low = round(this.high_GBps * row.low_GBps / pcie_figure(5).high_GBps, 3)
+        return LinkFigure(f"SYS across sockets, {way} (PCIe {pcie_gen}.0 x{width})", "SYS", low, this.low_GBps,
+                          "measured busbw, scaled", f"{row.source}; carried to PCIe {pcie_gen}.0 x{width} by its "
+                          "specification's ratio (22 of 63 GB/s); high end: a clean link's typical figure")
+    if way == HOST_MEMORY:
+        host = next(f for f in link_figures("HOST"))
+        fig = scale_to_pcie(host, pcie_gen, width)
+        return LinkFigure(f"{code} {fig.name}", code, fig.low_GBps, fig.high_GBps, fig.kind, fig.source)
+    return scale_to_pcie(next(f for f in link_figures(code)), pcie_gen, width)
+
+
+def path_table(pcie_gen: int = DEFAULT_PCIE_GEN, width: int = 16) -> pd.DataFrame:
+    """The legend with its expectations: per code (NV#, PIX, PXB, PHB, NODE, SYS) the path in
+    words, the route NCCL takes by default, the range (GB/s per direction on PCIe `pcie_gen` x
+    `width`; NV# for a pair of consumer cards bridged by 4 links) and where the figures come from."""
+    rows = []
+    for code in ("NV4", *PATHS):
+        rank, short, words, _ = classify(code)
+        fig = expected_figure(code, pcie_gen, None, width)
+        rows.append({"code": "NV#" if code.startswith("NV") else code, "path": short, "what the bytes cross": words,
+                     "route by default": path_route(code), "low_GBps": fig.low_GBps, "high_GBps": fig.high_GBps,
+                     "from": fig.name, "source": fig.source})
+    return pd.DataFrame(rows).set_index("code")
 
 
 def classify(code: str) -> tuple[int, str, str, int]:
@@ -306,14 +358,19 @@ def classify(code: str) -> tuple[int, str, str, int]:
     return rank, short, words, 0
 
 
-def pair_path(topo: Topology, a: str | int, b: str | int, pcie_gen: int = DEFAULT_PCIE_GEN) -> PairPath:
+def pair_path(topo: Topology, a: str | int, b: str | int, pcie_gen: int = DEFAULT_PCIE_GEN,
+              p2p: bool | None = None, width: int = 16) -> PairPath:
+    """The path between GPUs `a` and `b`; `p2p` is their peer access when known (see `path_route`)."""
     a, b = _name(topo, a), _name(topo, b)
     code = topo.link(a, b)
     if code == "X":
         raise LabInputError(f"pair=({a}, {b}) names the same device twice")
     rank, short, words, links = classify(code)
-    fig = expected_figure(code, pcie_gen)
-    return PairPath(a, b, code, short, rank, links, words, fig.low_GBps, fig.high_GBps, fig.name)
+    fig = expected_figure(code, pcie_gen, p2p, width)
+    way = path_route(code, p2p)
+    if way == HOST_MEMORY:
+        words += "; without peer-to-peer the bytes are copied through host memory on the way"
+    return PairPath(a, b, code, short, rank, links, words, fig.low_GBps, fig.high_GBps, fig.name, way)
 
 
 def pair_paths(topo: Topology, pcie_gen: int = DEFAULT_PCIE_GEN) -> list[PairPath]:
@@ -439,6 +496,57 @@ def pcie_gen_of(facts: list[GpuFacts]) -> int:
     return min(5, max(3, min(gens))) if gens else DEFAULT_PCIE_GEN
 
 
+@dataclass(frozen=True)
+class HostLink:
+    """The PCIe link of one GPU as the expectations use it: generation and width (the link's
+    maximum for this GPU in this slot, which it trains up to under load), what NVML read right
+    now, and a note when the two differ or a figure had to be assumed."""
+
+    gpu: int
+    gen: int
+    width: int
+    current_gen: int | None
+    current_width: int | None
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"PCIe {self.gen}.0 x{self.width}"
+
+
+def host_link(facts: GpuFacts | None, gpu: int = 0, default_gen: int = DEFAULT_PCIE_GEN) -> HostLink:
+    """GPU `gpu`'s PCIe link from NVML's facts (a pure function: the facts are passed in).
+
+    Generation and width are NVML's maxima for this GPU in this slot (nvmlDeviceGetMaxPcieLink*:
+    the lower of what the GPU and the slot support), falling back to the current values, then to
+    PCIe `default_gen`.0 x16 when NVML said nothing; any generation 1-6 (`pcie.pcie_band`). The
+    current values are shown beside them: an idle link trains down (e.g. to gen 1) to save power
+    and back up under load.
+    """
+    from labutils.pcie import GT_PER_LANE, WIDTHS
+
+    if facts is None:
+        return HostLink(gpu, default_gen, 16, None, None,
+                        f"NVML gave no PCIe facts: PCIe {default_gen}.0 x16 assumed")
+    notes = []
+    gen = facts.pcie_gen_max or facts.pcie_gen
+    width = facts.pcie_width_max or facts.pcie_width
+    if gen not in GT_PER_LANE:
+        told = "no PCIe generation" if gen is None else f"PCIe gen {gen}, which is not one of 1-6"
+        notes.append(f"NVML gave {told}: gen {default_gen} assumed")
+        gen = default_gen
+    if width is None or width < 1:
+        width = 16
+        notes.append("NVML gave no link width: x16 assumed")
+    elif width not in WIDTHS:
+        width = max(w for w in WIDTHS if w <= width)
+    cur_gen, cur_width = facts.pcie_gen, facts.pcie_width
+    if (cur_gen and cur_gen < gen) or (cur_width and cur_width < width):
+        notes.append(f"NVML reads gen {cur_gen} x{cur_width} right now: an idle link trains down to save power "
+                     f"and back up to gen {gen} x{width} under load")
+    return HostLink(gpu, int(gen), int(width), cur_gen, cur_width, "; ".join(notes))
+
+
 # ---- reports: JSON and text ---------------------------------------------------------------
 
 def summary(topo: Topology, pcie_gen: int = DEFAULT_PCIE_GEN) -> dict:
@@ -456,7 +564,8 @@ def summary(topo: Topology, pcie_gen: int = DEFAULT_PCIE_GEN) -> dict:
         "pcie_gen_assumed": pcie_gen,
         "pairs": [
             {"a": p.a, "b": p.b, "code": p.code, "class": p.path_class, "description": p.description,
-             "expected_low_GBps": p.low_GBps, "expected_high_GBps": p.high_GBps, "reference": p.reference}
+             "route": p.route, "expected_low_GBps": p.low_GBps, "expected_high_GBps": p.high_GBps,
+             "reference": p.reference}
             for p in pair_paths(topo, pcie_gen)
         ],
     }
@@ -483,7 +592,8 @@ def describe(topo: Topology, pcie_gen: int = DEFAULT_PCIE_GEN) -> str:
              format_matrix(topo), ""]
     for g, cpu, numa in zip(topo.gpus, topo.cpu_affinity, topo.numa_affinity):
         lines.append(f"{g}: CPU affinity {cpu or 'n/a'}, NUMA node {numa or 'n/a'}")
-    lines += ["", f"Each pair (expected GB/s per direction, assuming PCIe {pcie_gen}.0 x16 where PCIe is used):"]
+    lines += ["", f"Each pair (expected GB/s per direction, assuming PCIe {pcie_gen}.0 x16 where PCIe is used, and "
+                  "NCCL's default: peer-to-peer up to PXB, through host memory beyond):"]
     for p in pair_paths(topo, pcie_gen):
         lines.append(f"  {p.a}-{p.b}  {p.code:5} {p.path_class:36} {p.low_GBps:>7g} - {p.high_GBps:<7g} ({p.reference})")
     if len(topo.gpus) >= 2:

@@ -27,6 +27,48 @@ from labutils.tensor_parallel import (LayerSize, MLPWeights, as_size, dist_all_r
                                       timed_step, tp_block_step)
 from labutils.validate import LabInputError, check_choice, check_int
 
+# --- 0. the sizes, a pure function of the route ------------------------------------------------------
+
+CPU_HIDDEN = (64, 96, 128, 192, 256, 384, 512, 768, 1024)
+GPU_HIDDEN = (256, 512, 1024, 2048, 4096, 6144)
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """The layer sizes of notebooks 04 and 06: `batch` rows, `hidden_sizes` for the sweep, the size
+    of the overlap study, its chunk counts, 04's one timed size, and why they suit the route."""
+
+    batch: int
+    hidden_sizes: tuple[int, ...]
+    overlap_size: tuple[int, int]
+    chunk_counts: tuple[int, ...]
+    timing_size: tuple[int, int]
+    why: str
+
+    @property
+    def sizes(self) -> list[tuple[int, int]]:
+        return [(self.batch, h) for h in self.hidden_sizes]
+
+
+def layer_plan(route, quick: bool) -> LayerPlan:
+    """The sizes for `route` (a machine.Route; only whether it computes on a GPU matters).
+
+    The block's work is 16 b H^2 flops (both linears, ffn = 4H), its all-reduce moves 4 b H bytes.
+    On a CPU core (~1e10 flop/s) hidden 64..1024 at b = 32 spans ~0.02 to ~5 ms of compute against
+    gloo's fraction of a millisecond: the break-even falls inside. A GPU does ~6.7e13 fp32 flop/s,
+    so the same sizes take microseconds; b = 512 and hidden 256..6144 span ~10 us to ~5 ms, which
+    crosses NCCL's break-even, and on ranks sharing one GPU (eta near 0.5) shows the budget's
+    "never" with its numbers.
+    """
+    if getattr(route, "on_gpu", False):
+        hidden = (512, 2048, 4096) if quick else GPU_HIDDEN
+        return LayerPlan(512, hidden, (512, 4096), (1, 2, 4) if quick else (1, 2, 4, 8), (512, 4096),
+                         "GPU: 512 rows and hidden up to 6144, so compute reaches milliseconds")
+    hidden = tuple(sorted(set(CPU_HIDDEN[::2]) | set(CPU_HIDDEN[1::4]))) if quick else CPU_HIDDEN
+    return LayerPlan(32, hidden, (64, 512), (1, 2, 4) if quick else (1, 2, 4, 8), (32, 512),
+                     "CPU: 32 rows and hidden up to 1024, compute from microseconds to milliseconds per core")
+
+
 # --- 1. timing the split on ranks -------------------------------------------------------------------
 
 def overlap_step(x, w: MLPWeights, activation: str, chunks: int, timer):

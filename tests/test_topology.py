@@ -133,22 +133,48 @@ def test_classification_orders_paths_fastest_first():
 
 
 def test_expected_ranges_come_from_the_table():
-    assert tp.expected_figure("PIX", 4) == pcie_figure(4)
+    pix = tp.expected_figure("PIX", 4)
+    assert (pix.low_GBps, pix.high_GBps) == (pcie_figure(4).low_GBps, pcie_figure(4).high_GBps)
     assert tp.expected_figure("NV18").name == "NVLink 4 (H100 SXM)"
     sys5 = tp.expected_figure("SYS", 5)
     assert sys5.low_GBps == pytest.approx(link_figure("PCIe 5.0 x16 across sockets (SYS)").low_GBps)
-    assert sys5.high_GBps == pcie_figure(5).low_GBps
+    assert sys5.high_GBps == pcie_figure(5).low_GBps  # the article: 22 measured against ~50 clean
     sys3 = tp.expected_figure("SYS", 3)
-    assert sys3.low_GBps == pytest.approx(15.75 * 22 / 63, abs=0.01)
+    assert sys3.low_GBps == pytest.approx(15.75 * 22 / 63, abs=0.01)  # the article's share of the spec
     for code in ("PIX", "PXB", "PHB", "NODE", "SYS", "NV4", "NV7"):
         fig = tp.expected_figure(code)
         assert 0 < fig.low_GBps <= fig.high_GBps
 
 
+def test_each_pcie_path_has_its_own_sourced_expectation():
+    """PIX/PXB go peer-to-peer at the wire's rate; PHB/NODE go through host memory by default
+    (NCCL's default), at the wire's rate only where peer-to-peer is on; SYS is the article's
+    measured 22 of ~50."""
+    p2p = {code: tp.expected_figure(code, 5, p2p=True) for code in ("PIX", "PXB", "PHB", "NODE")}
+    assert {(f.low_GBps, f.high_GBps) for f in p2p.values()} == {(50, 63)}
+    assert len({f.name for f in p2p.values()}) == 4 and p2p["PXB"].path_class == "PXB"
+    assert "INTEL_P2P_OVERHEAD" in p2p["PHB"].source and "paths.cc" in p2p["PIX"].source
+    assert "NODE and PHB are the same path" in p2p["NODE"].source
+    host = tp.expected_figure("PHB", 5)  # unknown peer access: NCCL's default, no P2P beyond PXB
+    assert "through host memory" in host.name and (host.low_GBps, host.high_GBps) == (25, 50)
+    assert tp.path_route("PHB") == tp.path_route("NODE") == tp.path_route("SYS") == "through host memory"
+    assert tp.path_route("PIX") == tp.path_route("PXB") == "peer-to-peer" and tp.path_route("NV12") == "NVLink"
+    assert tp.path_route("PIX", p2p=False) == "through host memory"
+    assert "through host memory" in tp.expected_figure("PIX", 5, p2p=False).name
+    sys = tp.expected_figure("SYS", 5)
+    assert "through host memory" in sys.name and "22" in sys.source and sys.high_GBps == 50
+    assert "peer-to-peer" in tp.expected_figure("SYS", 5, p2p=True).name
+    # a narrower link carries width/16 of the figures
+    narrow = tp.expected_figure("PIX", 4, width=8)
+    assert (narrow.low_GBps, narrow.high_GBps) == (12, 15.75) and "x8" in narrow.name
+    path = tp.pair_path(tp.load_sample("two_gpu_phb"), 0, 1, 4)
+    assert path.route == "through host memory" and "host memory" in path.description
+
+
 def test_link_table_rows_and_helpers():
     table = load_link_table()
     assert {"name", "path_class", "low_GBps", "high_GBps", "kind", "source"} <= set(table.columns)
-    assert set(table.kind) <= {"specification", "measured busbw"}
+    assert set(table.kind) <= {"specification", "measured busbw", "derived"}
     assert table.source.str.len().min() > 10, "every row says where its figure comes from"
     assert (table.low_GBps <= table.high_GBps).all()
     for name in ("PCIe 3.0 x16", "PCIe 4.0 x16", "PCIe 5.0 x16", "NVLink 3 (A100 SXM)", "NVLink 4 (H100 SXM)",
@@ -195,8 +221,8 @@ def test_summary_json_shape():
     assert out["links"] == {"GPU0": {"GPU1": "PHB"}, "GPU1": {"GPU0": "PHB"}}
     assert out["cpu_affinity"] == {"GPU0": "0-15", "GPU1": "0-15"}
     pair = out["pairs"][0]
-    assert pair["class"] == "through the host bridge"
-    assert (pair["expected_low_GBps"], pair["expected_high_GBps"]) == (24, 31.5)
+    assert pair["class"] == "through the host bridge" and pair["route"] == "through host memory"
+    assert (pair["expected_low_GBps"], pair["expected_high_GBps"]) == (12, 25)  # no P2P beyond PXB: via host
     assert out["best_pair"]["gpus"] == ["GPU0", "GPU1"]
     text = tp.describe(tp.load_sample("two_gpu_phb"))
     assert "GPU0-GPU1" in text and "PHB" in text
