@@ -154,11 +154,11 @@ def bucket_size_range(widths, depth: int, bucket_caps_mb=(), default_cap_mb: flo
     return int(min(sizes)), int(max(sizes))
 
 
-# --- the sizes of notebook 07, a pure function of the route --------------------------------------
+# --- the sizes of notebook 08, a pure function of the route --------------------------------------
 
 @dataclass(frozen=True)
 class ExperimentPlan:
-    """Model sizes (gradient MiB), per-rank batch, DDP bucket caps, steps and warm-up of notebook 07,
+    """Model sizes (gradient MiB), per-rank batch, DDP bucket caps, steps and warm-up of notebook 08,
     and why they suit the route."""
 
     gradient_mib: tuple[float, ...]
@@ -707,7 +707,7 @@ def min_busbw_for_efficiency(gradient_bytes, compute_ms, world_size, efficiency=
     return float(bw) if bw.ndim == 0 else bw
 
 
-# --- the experiments of notebook 07 ----------------------------------------------------------------
+# --- the experiments of notebook 08 ----------------------------------------------------------------
 
 DEFAULT_BUCKET_MB = 25.0  # DDP's default bucket_cap_mb
 

@@ -247,22 +247,23 @@ ROUTES = {
                            "gloo on CUDA tensors, 2 ranks sharing the GPU (GPU -> host -> socket -> host -> GPU), "
                            "gloo on CPU beside it, the pinned host<->GPU copy as the wire's ceiling",
                            "NCCL all-reduce across the GPUs, and gloo on CUDA tensors for comparison"),
-    "03_predicting_allreduce": ("alpha-beta fit of the gloo sweep", "alpha-beta fit of the gloo-on-CUDA sweep",
+    "03_ring_by_hand": ("a ring all-reduce by hand on 4 gloo CPU ranks, against gloo's own",) * 3,
+    "04_predicting_allreduce": ("alpha-beta fit of the gloo sweep", "alpha-beta fit of the gloo-on-CUDA sweep",
                                 "alpha-beta fit of the NCCL sweep"),
-    "04_tensor_parallel": ("2-rank split layer with gloo on CPU",
+    "05_tensor_parallel": ("2-rank split layer with gloo on CPU",
                            "2-rank split layer computed on the GPU (ranks sharing it), gloo carrying the all-reduce",
                            "2-rank split layer with NCCL, one GPU per rank"),
-    "05_time_budget": ("the time-budget model (pure arithmetic)",) * 3,
-    "06_validating_the_budget": ("model vs a measured split layer on gloo, each rank on cores of its own",
+    "06_time_budget": ("the time-budget model (pure arithmetic)",) * 3,
+    "07_validating_the_budget": ("model vs a measured split layer on gloo, each rank on cores of its own",
                                  "model vs a split layer computed on the GPU (ranks sharing it), gloo all-reduce",
                                  "model vs a measured split layer on NCCL, one GPU per rank"),
-    "07_data_parallel_training": ("DDP step with gloo on CPU, one core per rank",
+    "08_data_parallel_training": ("DDP step with gloo on CPU, one core per rank",
                                   "DDP step computed on the GPU (ranks sharing it), gloo all-reduce on CPU threads",
                                   "DDP step with NCCL, one GPU per rank"),
 }
 _CASES = ("cpu", "one-gpu", "multi-gpu")
-RANKED = ("02_allreduce_sweep", "03_predicting_allreduce", "04_tensor_parallel", "06_validating_the_budget",
-          "07_data_parallel_training")  # the notebooks that start ranks
+RANKED = ("02_allreduce_sweep", "04_predicting_allreduce", "05_tensor_parallel", "07_validating_the_budget",
+          "08_data_parallel_training")  # the notebooks that start ranks
 
 # What a route stands for, and what it cannot show, by (backend, device, ranks share a GPU).
 _MEANING = {

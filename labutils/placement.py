@@ -16,7 +16,7 @@ process group is up). The rules, in order:
    I/O threads, the launcher and the notebook kernel run there instead of on a rank's cores.
    It is never kept at the cost of a rank without a core; `reserve_cores` overrides it.
 5. **Threads per rank** = (usable - reserve) // ranks, capped at `MAX_THREADS_PER_RANK` (8).
-   The lab's CPU layers are small (hidden <= 1024, 06 and 07's models): an elementwise op is
+   The lab's CPU layers are small (hidden <= 1024, 07 and 08's models): an elementwise op is
    split over threads only above torch's grain of 32768 elements, and the largest matmul, a
    (64 x 1024) @ (1024 x 4096) of 0.54 GFLOP, took 6 ms on one core of the 2-core test machine
    (89 GFLOP/s): under a millisecond on 8 cores even at perfect scaling, where fork/join and

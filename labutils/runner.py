@@ -65,7 +65,7 @@ STAGES = {"execute": "executing", "read": "reading the executed notebook back", 
 
 
 def find_notebooks(only: str | None = None, directory: Path = NOTEBOOK_DIR) -> list[Path]:
-    """Notebooks in `directory`, in file-name order; `only="02,05"` keeps those whose name starts so."""
+    """Notebooks in `directory`, in file-name order; `only="02,06"` keeps those whose name starts so."""
     paths = sorted(directory.glob("*.ipynb"))
     if not only:
         return paths
@@ -314,7 +314,7 @@ def _cli(args) -> int:
 def add_cli(sub) -> None:
     p = sub.add_parser("run-notebooks", help="execute notebooks headlessly into out/ with an index page")
     p.add_argument("--quick", action="store_true", help="quick mode (what CI runs)")
-    p.add_argument("--only", help="comma-separated notebook prefixes, e.g. 02,05")
+    p.add_argument("--only", help="comma-separated notebook prefixes, e.g. 02,06")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="papermill parameter (repeatable)")
     p.add_argument("--out", default="out", help="output folder (default: out)")
     p.add_argument("--notebooks", default=str(NOTEBOOK_DIR), help="folder of notebooks (default: the lab's)")

@@ -1,4 +1,4 @@
-"""The two-device budget held against a measured split layer (notebook 06).
+"""The two-device budget held against a measured split layer (notebook 07).
 
 Reading order:
 1. timing the split: every rank times whole / split / replica / overlap steps of the MLP block
@@ -35,8 +35,8 @@ GPU_HIDDEN = (256, 512, 1024, 2048, 4096, 6144)
 
 @dataclass(frozen=True)
 class LayerPlan:
-    """The layer sizes of notebooks 04 and 06: `batch` rows, `hidden_sizes` for the sweep, the size
-    of the overlap study, its chunk counts, 04's one timed size, and why they suit the route."""
+    """The layer sizes of notebooks 05 and 07: `batch` rows, `hidden_sizes` for the sweep, the size
+    of the overlap study, its chunk counts, 05's one timed size, and why they suit the route."""
 
     batch: int
     hidden_sizes: tuple[int, ...]

@@ -59,7 +59,7 @@ def _measured_presets(base: dict, directory=None) -> list[Preset]:
 
 def budget_presets(directory=None) -> list[Preset]:
     """The preset menu: the article's base case, every link of data/link_table.csv, then every
-    measured link (results of kind "link", written by notebooks 02/03) found in results_dir()."""
+    measured link (results of kind "link", written by notebooks 02/04) found in results_dir()."""
     from labutils.budget import BASE_CASE
 
     base = {k: float(v) for k, v in BASE_CASE.items()}

@@ -75,7 +75,7 @@ def test_check_cli_text_and_json(run_cli):
     assert code == 0
     assert {"python", "torch_version", "torch_build", "cuda_available", "gpu_count", "gpu_names", "nccl_version",
             "gloo_available", "nvidia_smi", "cpu_cores", "numa_nodes", "route"} <= data.keys()
-    assert data["route"]["05_time_budget"]
+    assert data["route"]["06_time_budget"]
 
 
 @pytest.mark.distributed

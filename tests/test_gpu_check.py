@@ -34,12 +34,12 @@ def _summary(seconds: dict, figures: dict) -> dict:
 
 def test_targets_pass_and_fail_from_fake_summaries(gc):
     good = {"run_wall_s": 150.0, "h2d_fraction": 0.88, "gloo_ratio_min": 0.97, "gloo_device": "cuda",
-            "summary": _summary({"06_validating_the_budget": 40.0, "07_data_parallel_training": 55.0},
-                                {"06_validating_the_budget": {"t2_median_error_pct": 12.5},
-                                 "07_data_parallel_training": {"ddp_between_bounds": "3/4"}})}
+            "summary": _summary({"07_validating_the_budget": 40.0, "08_data_parallel_training": 55.0},
+                                {"07_validating_the_budget": {"t2_median_error_pct": 12.5},
+                                 "08_data_parallel_training": {"ddp_between_bounds": "3/4"}})}
     targets = gc.evaluate_targets(good)
     assert [t.status for t in targets] == ["PASS"] * 6
-    assert "07_data_parallel_training" in targets[3].detail and "12.5%" in targets[2].detail
+    assert "08_data_parallel_training" in targets[3].detail and "12.5%" in targets[2].detail
     bad = {**good, "run_wall_s": 200.0, "h2d_fraction": 0.5, "gloo_ratio_min": 0.9,
            "summary": _summary({"06_x": 61.0, "07_y": 10.0}, {"06_x": {"t2_median_error_pct": 25.0},
                                                               "07_y": {"ddp_between_bounds": "2/4"}})}
@@ -56,7 +56,7 @@ def test_targets_not_recorded_not_measured_and_older_names(gc):
     t2 = gc.evaluate_targets(older)[2]
     assert t2.status == "PASS" and "tp_prediction_error" in t2.detail
     assert all(t.status == "NOT MEASURED" for t in gc.evaluate_targets({}))
-    weird = {"summary": _summary({"07": 1.0}, {"07": {"ddp_between_bounds": "most"}}), "run_wall_s": 1.0}
+    weird = {"summary": _summary({"08": 1.0}, {"08": {"ddp_between_bounds": "most"}}), "run_wall_s": 1.0}
     assert gc.evaluate_targets(weird)[3].status == "FAIL"
     assert (gc.parse_fraction("3/4"), gc.parse_fraction("5/4"), gc.parse_fraction("x")) == ((3, 4), None, None)
 

@@ -21,7 +21,7 @@ from labutils.launch import barrier_kwargs, rank_plan, ranks_per_gpu, resolve_ba
 from labutils.topology import GpuFacts, host_link, load_sample
 from labutils.validate import LabInputError
 
-RANKED = ("02_allreduce_sweep", "04_tensor_parallel", "06_validating_the_budget", "07_data_parallel_training")
+RANKED = ("02_allreduce_sweep", "05_tensor_parallel", "07_validating_the_budget", "08_data_parallel_training")
 
 
 # --- the route, a pure function of the GPU count ------------------------------------------------------
@@ -53,20 +53,20 @@ def test_route_of_the_sweep_draws_its_comparisons():
 
 
 def test_route_without_ranks_and_bad_input():
-    assert machine.route("05_time_budget", 8).nproc == 0
+    assert machine.route("06_time_budget", 8).nproc == 0
     assert machine.route("01_topology", 1).copy_ceiling is True and machine.route("01_topology", 0).nproc == 0
     with pytest.raises(LabInputError, match="notebook"):
         machine.route("99_nothing", 1)
     with pytest.raises(LabInputError, match="gpu_count"):
         machine.route("02_allreduce_sweep", -1)
     with pytest.raises(LabInputError, match="one GPU per rank"):
-        machine.route("07_data_parallel_training", 1, backend="nccl")
+        machine.route("08_data_parallel_training", 1, backend="nccl")
 
 
 def test_check_reports_the_route_of_each_case():
     one = dict(machine.check(gpu_count=1).route)
-    assert "gloo on CUDA tensors" in one["02_allreduce_sweep"] and "GPU" in one["07_data_parallel_training"]
-    assert "NCCL" in dict(machine.check(gpu_count=8).route)["06_validating_the_budget"]
+    assert "gloo on CUDA tensors" in one["02_allreduce_sweep"] and "GPU" in one["08_data_parallel_training"]
+    assert "NCCL" in dict(machine.check(gpu_count=8).route)["07_validating_the_budget"]
 
 
 def test_resolve_backend_puts_one_gpu_to_work():
@@ -140,13 +140,13 @@ def test_worker_code_never_branches_on_the_backend():
 # --- sizes, a pure function of the route ----------------------------------------------------------------
 
 def test_layer_sizes_follow_the_route():
-    cpu = val.layer_plan(machine.route("06_validating_the_budget", 0), quick=False)
+    cpu = val.layer_plan(machine.route("07_validating_the_budget", 0), quick=False)
     assert max(cpu.hidden_sizes) == 1024 and cpu.batch == 32 and cpu.sizes[0] == (32, 64)
-    quick = val.layer_plan(machine.route("06_validating_the_budget", 0), quick=True)
+    quick = val.layer_plan(machine.route("07_validating_the_budget", 0), quick=True)
     assert set(quick.hidden_sizes) < set(cpu.hidden_sizes) and 1 in quick.chunk_counts
     for gpus in (1, 2, 8):
-        gpu = val.layer_plan(machine.route("06_validating_the_budget", gpus), quick=False)
-        assert gpu == val.layer_plan(machine.route("04_tensor_parallel", gpus), quick=False)
+        gpu = val.layer_plan(machine.route("07_validating_the_budget", gpus), quick=False)
+        assert gpu == val.layer_plan(machine.route("05_tensor_parallel", gpus), quick=False)
         assert min(gpu.hidden_sizes) >= 256 and max(gpu.hidden_sizes) > 1024 and gpu.batch >= 256
         assert gpu.timing_size[1] > cpu.timing_size[1] and 1 in gpu.chunk_counts
         assert all((4 * h) % 2 == 0 for h in gpu.hidden_sizes)
@@ -162,7 +162,7 @@ def _flops_per_ms(fp32_flops):
 ])
 def test_the_break_even_falls_inside_each_routes_sizes(gpus, flops, latency_ms, busbw):
     """With a route's typical compute rate and link, T2 - T1 changes sign inside its sizes (eta 0.9)."""
-    plan = val.layer_plan(machine.route("06_validating_the_budget", gpus), quick=False)
+    plan = val.layer_plan(machine.route("07_validating_the_budget", gpus), quick=False)
     sign = []
     for b, h in plan.sizes:
         c_ms = 16 * b * h * h / _flops_per_ms(flops)
@@ -173,18 +173,18 @@ def test_the_break_even_falls_inside_each_routes_sizes(gpus, flops, latency_ms, 
 
 def test_one_shared_gpu_shows_the_budgets_never_with_numbers():
     """Two ranks time-sharing one GPU: eta near 0.5, and the budget says never, naming why."""
-    plan = val.layer_plan(machine.route("06_validating_the_budget", 1), quick=False)
+    plan = val.layer_plan(machine.route("07_validating_the_budget", 1), quick=False)
     b, h = plan.sizes[-1]
     t = budget.evaluate(0.05, 16 * b * h * h / _flops_per_ms(6.7e13), 0.5, 1, 0.3, 4 * b * h, 1.7)
     assert math.isinf(t.break_even_C_ms) and "eta <= 0.5" in budget.verdict(t)
 
 
 def test_training_sizes_follow_the_route():
-    cpu, one, eight = (dp.experiment_plan(machine.route("07_data_parallel_training", g), quick=False)
+    cpu, one, eight = (dp.experiment_plan(machine.route("08_data_parallel_training", g), quick=False)
                        for g in (0, 1, 8))
     assert cpu.batch_per_rank == 32 and cpu.gradient_mib == (2, 8, 32, 64)
     assert one.batch_per_rank > eight.batch_per_rank > cpu.batch_per_rank  # shared GPU: slower link per flop
-    quick = dp.experiment_plan(machine.route("07_data_parallel_training", 1), quick=True)
+    quick = dp.experiment_plan(machine.route("08_data_parallel_training", 1), quick=True)
     assert quick.steps < one.steps and len(quick.gradient_mib) < len(one.gradient_mib)
     # backward / all-reduce ~ b x busbw / flop rate: near 1 on a shared H200 with gloo (1.7 GB/s, x2 time)
     ratio = one.batch_per_rank * 1.7e9 * 2 / 6.7e13
@@ -328,7 +328,7 @@ def test_is_between_and_where_the_bounds_take_compute_from():
     assert (p.overlap_ms, p.no_overlap_ms) == (5.5, 8.5)
     assert dp.is_between(5.5, p) and dp.is_between(8.5, p) and not dp.is_between(8.6, p)
     assert not dp.is_between(5.4, p)
-    cpu, one, eight = (machine.route("07_data_parallel_training", g) for g in (0, 1, 8))
+    cpu, one, eight = (machine.route("08_data_parallel_training", g) for g in (0, 1, 8))
     assert [dp.bounds_compute(r) for r in (cpu, one, eight)] == ["one_rank", "n_rank", "one_rank"]
     assert [dp.bounds_expected(r) for r in (cpu, one, eight)] == [False, True, True]
 
