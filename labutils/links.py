@@ -1,7 +1,10 @@
 """Reference figures for each kind of link, from `data/link_table.csv`.
 
-Every row says where its figure comes from and whether it is a specification (per direction,
-decimal GB/s), a measured all-reduce bus bandwidth, or derived from a specification. `path_class`
+Every row says where its figures come from and what each end of its range is: `low_kind` names the
+low end (`LOW_KINDS`: a specification, per direction, decimal GB/s; an all-reduce bus bandwidth
+measured by the source article; one commonly reported; the article's quoted clean-link figure; the
+lab's estimate; or derived), and `kind` the whole range: the low end's kind alone when both ends are
+of one kind, else "<low kind> to <high kind>" (e.g. "reported busbw to specification"). `path_class`
 groups rows by the kind of path: PCIe (a GPU's own link), PIX, PXB, PHB, NODE and SYS (the codes
 of `nvidia-smi topo -m` between two GPUs), HOST (two GPUs without peer access: through host
 memory), NV (NVLink), NET (network), gloo (CPU-staged). Rows stated for PCIe 5.0 x16 are carried
@@ -19,6 +22,14 @@ from labutils.results import DATA_DIR
 
 LINK_TABLE = DATA_DIR / "link_table.csv"
 
+# what the low end of a row can be; the high end is a specification or the same kind as the low end
+LOW_KINDS = ("specification", "measured busbw", "reported busbw", "quoted clean link", "estimate", "derived")
+
+
+def range_kind(low_kind: str, high_kind: str) -> str:
+    """The `kind` of a range whose ends are `low_kind` and `high_kind`: one word when they agree."""
+    return low_kind if low_kind == high_kind else f"{low_kind} to {high_kind}"
+
 
 @lru_cache(maxsize=1)
 def _table() -> pd.DataFrame:
@@ -26,13 +37,14 @@ def _table() -> pd.DataFrame:
 
 
 def load_link_table() -> pd.DataFrame:
-    """The table as a DataFrame: name, path_class, low_GBps, high_GBps, kind, source."""
+    """The table as a DataFrame: name, path_class, low_GBps, high_GBps, kind, low_kind, source, nvlinks."""
     return _table().copy()
 
 
 @dataclass(frozen=True)
 class LinkFigure:
-    """One row of the table. `typical_GBps` is the middle of [low, high]."""
+    """One row of the table. `typical_GBps` is the middle of [low, high]; `kind` says what the range
+    is, `low_kind` what its low end is (empty: the same as `kind`)."""
 
     name: str
     path_class: str
@@ -40,6 +52,11 @@ class LinkFigure:
     high_GBps: float
     kind: str
     source: str
+    low_kind: str = ""
+
+    def __post_init__(self):
+        if not self.low_kind:
+            object.__setattr__(self, "low_kind", self.kind.split(" to ")[0])
 
     @property
     def typical_GBps(self) -> float:
@@ -49,7 +66,7 @@ class LinkFigure:
 def link_figures(path_class: str | None = None) -> list[LinkFigure]:
     """Rows of the table as LinkFigure, optionally only one `path_class`."""
     rows = _table() if path_class is None else _table()[_table().path_class == path_class]
-    return [LinkFigure(**{k: r[k] for k in ("name", "path_class", "low_GBps", "high_GBps", "kind", "source")})
+    return [LinkFigure(**{k: r[k] for k in ("name", "path_class", "low_GBps", "high_GBps", "kind", "source", "low_kind")})
             for r in rows.to_dict("records")]
 
 
@@ -81,7 +98,8 @@ def scale_to_pcie(fig: LinkFigure, gen: int, width: int = 16) -> LinkFigure:
     name = fig.name.replace("PCIe 5.0 x16", f"PCIe {gen}.0 x{width}")
     return LinkFigure(name, fig.path_class, round(fig.low_GBps * this.low_GBps / five.low_GBps, 3),
                       round(fig.high_GBps * this.high_GBps / five.high_GBps, 3), fig.kind,
-                      f"{fig.source}; scaled from PCIe 5.0 x16 to PCIe {gen}.0 x{width} as the PCIe bands scale")
+                      f"{fig.source}; scaled from PCIe 5.0 x16 to PCIe {gen}.0 x{width} as the PCIe bands scale",
+                      fig.low_kind)
 
 
 def nvlink_figure(links: int) -> LinkFigure:
@@ -100,11 +118,14 @@ def nvlink_figure(links: int) -> LinkFigure:
     if len(exact):
         return link_figure(exact.iloc[0]["name"])
     per_link = [f for f in link_figures("NV") if f.name.startswith("NVLink per link")]
+    slowest = min(per_link, key=lambda f: f.low_GBps)
+    fastest = max(per_link, key=lambda f: f.high_GBps)
     return LinkFigure(
         name=f"NVLink x{links}",
         path_class="NV",
-        low_GBps=links * min(f.low_GBps for f in per_link),
-        high_GBps=links * max(f.high_GBps for f in per_link),
-        kind="specification",
+        low_GBps=links * slowest.low_GBps,
+        high_GBps=links * fastest.high_GBps,
+        kind=range_kind(slowest.low_kind, fastest.kind.split(" to ")[-1]),
         source=f"{links} x the per-link rows: " + "; ".join(f.name for f in per_link),
+        low_kind=slowest.low_kind,
     )

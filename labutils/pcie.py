@@ -25,7 +25,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from labutils.links import LinkFigure, pcie_figure
+from labutils.links import LinkFigure, pcie_figure, range_kind
 from labutils.validate import LabInputError, check_choice
 
 GT_PER_LANE = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
@@ -62,17 +62,19 @@ def pcie_band(gen: int, width: int = 16) -> LinkFigure:
     scale = width / 16
     if gen in TABLE_GENS:
         row = pcie_figure(gen)
-        low, high, source = row.low_GBps, row.high_GBps, row.source
+        low, high, source, kind, low_kind = row.low_GBps, row.high_GBps, row.source, row.kind, row.low_kind
     else:
         gen4 = pcie_figure(4)
         high = spec_GBps(gen, 16)
         low = high * gen4.low_GBps / gen4.high_GBps
-        source = (f"PCIe {gen}.0: {GT_PER_LANE[gen]:g} GT/s per lane, encoding {ENCODING[gen]:.3f}; low end "
-                  f"at the gen-4 row's share of its specification")
+        source = (f"PCIe {gen}.0: {GT_PER_LANE[gen]:g} GT/s per lane, encoding {ENCODING[gen]:.3f} (high end, "
+                  f"specification); low end at the gen-4 row's share of its specification")
+        low_kind = gen4.low_kind
+        kind = range_kind(low_kind, "specification")
     if width != 16:
         source += f"; scaled by x{width} / x16"
     return LinkFigure(f"PCIe {gen}.0 x{width}", "PCIe", round(low * scale, 3), round(high * scale, 3),
-                      "specification", source)
+                      kind, source, low_kind)
 
 
 def gen_of_speed(speed_GTps: float | None) -> int | None:

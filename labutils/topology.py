@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from labutils.links import LinkFigure, link_figure, link_figures, nvlink_figure, pcie_figure, scale_to_pcie
+from labutils.links import (LinkFigure, link_figure, link_figures, nvlink_figure, pcie_figure, range_kind,
+                             scale_to_pcie)
 from labutils.results import DATA_DIR
 from labutils.validate import LabInputError, check_choice
 
@@ -322,12 +323,14 @@ def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, p2p: bool | Non
         this = pcie_band(pcie_gen, width)
         low = round(this.high_GBps * row.low_GBps / pcie_figure(5).high_GBps, 3)
         return LinkFigure(f"SYS across sockets, {way} (PCIe {pcie_gen}.0 x{width})", "SYS", low, this.low_GBps,
-                          "measured busbw, scaled", f"{row.source}; carried to PCIe {pcie_gen}.0 x{width} by its "
-                          "specification's ratio (22 of 63 GB/s); high end: a clean link's typical figure")
+                          range_kind("measured busbw", this.low_kind),
+                          f"{row.source}; carried to PCIe {pcie_gen}.0 x{width} by its specification's ratio "
+                          f"(22 of 63 GB/s); high end: the low end of {this.name} ({this.low_kind})",
+                          "measured busbw")
     if way == HOST_MEMORY:
         host = next(f for f in link_figures("HOST"))
         fig = scale_to_pcie(host, pcie_gen, width)
-        return LinkFigure(f"{code} {fig.name}", code, fig.low_GBps, fig.high_GBps, fig.kind, fig.source)
+        return LinkFigure(f"{code} {fig.name}", code, fig.low_GBps, fig.high_GBps, fig.kind, fig.source, fig.low_kind)
     return scale_to_pcie(next(f for f in link_figures(code)), pcie_gen, width)
 
 

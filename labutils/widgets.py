@@ -34,8 +34,9 @@ def _link_presets(base: dict) -> list[Preset]:
     presets = []
     for fig in link_figures():
         gbps = float(fig.low_GBps)
-        presets.append(Preset(f"{fig.name}: {gbps:g} GB/s", {**base, "bandwidth_GBps": gbps},
-                              f"{fig.kind}, lower end of the table's range: {fig.source}. "
+        presets.append(Preset(f"{fig.name}: {gbps:g} GB/s ({fig.low_kind})", {**base, "bandwidth_GBps": gbps},
+                              f"{fig.low_kind}: the low end of the table's range ({fig.low_GBps:g}-"
+                              f"{fig.high_GBps:g} GB/s, {fig.kind}). Source: {fig.source}. "
                               f"Startup l kept at the base case's {base['latency_ms']:g} ms (the table gives "
                               "bandwidth only)."))
     return presets
@@ -58,12 +59,13 @@ def _measured_presets(base: dict, directory=None) -> list[Preset]:
 
 
 def budget_presets(directory=None) -> list[Preset]:
-    """The preset menu: the article's base case, every link of data/link_table.csv, then every
+    """The preset menu: the article's base case, every link of data/link_table.csv (its low end, named
+    with what that figure is: `links.LOW_KINDS`), then every
     measured link (results of kind "link", written by notebooks 02/04) found in results_dir()."""
     from labutils.budget import BASE_CASE
 
     base = {k: float(v) for k, v in BASE_CASE.items()}
-    return ([Preset("article base case: 10 GB/s", base,
+    return ([Preset("article base case: 10 GB/s (hypothetical)", base,
                     "hypothetical parameters of the source article's worked example (a model, not a card)")]
             + _link_presets(base) + _measured_presets(base, directory))
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from labutils import topology as tp
-from labutils.links import link_figure, load_link_table, nvlink_figure, pcie_figure
+from labutils.links import LOW_KINDS, link_figure, load_link_table, nvlink_figure, pcie_figure
 from labutils.validate import LabInputError
 
 SAMPLES = tp.list_samples()
@@ -173,8 +173,9 @@ def test_each_pcie_path_has_its_own_sourced_expectation():
 
 def test_link_table_rows_and_helpers():
     table = load_link_table()
-    assert {"name", "path_class", "low_GBps", "high_GBps", "kind", "source"} <= set(table.columns)
-    assert set(table.kind) <= {"specification", "measured busbw", "derived"}
+    assert {"name", "path_class", "low_GBps", "high_GBps", "kind", "low_kind", "source"} <= set(table.columns)
+    assert set(table.low_kind) <= set(LOW_KINDS)
+    assert all(kind in (low, f"{low} to specification") for kind, low in zip(table.kind, table.low_kind))
     assert table.source.str.len().min() > 10, "every row says where its figure comes from"
     assert (table.low_GBps <= table.high_GBps).all()
     for name in ("PCIe 3.0 x16", "PCIe 4.0 x16", "PCIe 5.0 x16", "NVLink 3 (A100 SXM)", "NVLink 4 (H100 SXM)",
