@@ -22,8 +22,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from labutils.inputs import LabInputError, check_choice, check_int
 from labutils.placement import machine_placement, pin_rank, set_rank_threads
-from labutils.validate import LabInputError, check_choice, check_int
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -205,7 +205,6 @@ def _child(rank, nproc, port, backend, device, placement, deadline_unix, worker,
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides; Ctrl-C reaches it first
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(nproc))
-    import torch
     import torch.distributed as dist
 
     try:

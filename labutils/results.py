@@ -15,6 +15,7 @@ import os
 import socket
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -141,10 +142,16 @@ def list_results(kind: str | None = None, directory: str | os.PathLike | None = 
     return [p for _, _, p in sorted(found)]
 
 
-def latest_result(kind: str, directory: str | os.PathLike | None = None) -> tuple[dict, pd.DataFrame | None] | None:
-    """The newest result of `kind`, or None when there is none yet."""
-    paths = list_results(kind, directory)
-    return load_result(paths[-1]) if paths else None
+def latest_result(kind: str, directory: str | os.PathLike | None = None,
+                  match: Callable[[dict, pd.DataFrame | None], bool] | None = None
+                  ) -> tuple[dict, pd.DataFrame | None] | None:
+    """The newest result of `kind` (the newest for which `match(record, frame)` is true, when
+    given), or None when there is none yet."""
+    for path in reversed(list_results(kind, directory)):
+        record, frame = load_result(path)
+        if match is None or match(record, frame):
+            return record, frame
+    return None
 
 
 def record_figure(key: str, value, unit: str = "", label: str = "") -> None:

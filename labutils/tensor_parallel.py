@@ -24,8 +24,11 @@ from dataclasses import astuple, dataclass
 import numpy as np
 import pandas as pd
 
-from labutils.collectives import element_bytes, torch_dtype
-from labutils.validate import LabInputError, check_choice, check_int
+from labutils.buffers import torch_dtype
+from labutils.busbw import element_bytes
+from labutils.inputs import LabInputError, check_choice, check_int
+from labutils.launch import launch, resolve_backend
+from labutils.timing import SectionTimer
 
 # --- 1. the toy split (exact integers) ----------------------------------------------------------
 
@@ -161,7 +164,7 @@ def check_toy_contribution(answer, x=((-1, 2),)) -> str:
 
 # --- 2. the Megatron-style MLP block ----------------------------------------------------------------
 
-DTYPES = ("float64", "float32", "bfloat16", "float16")  # the layer's dtypes (names: labutils.collectives)
+DTYPES = ("float64", "float32", "bfloat16", "float16")  # the layer's dtypes (names: labutils.busbw)
 ACTIVATIONS = ("relu", "gelu")
 
 
@@ -382,7 +385,6 @@ def tp_check_worker(ctx, size=(8, 64), seed: int = 0, dtypes=("float32",), activ
     Every rank draws the same full weights from `seed`, keeps its slices, and also computes the
     whole block locally as the reference. `ok` = max_rel <= tolerance(dtype, K, N).
     """
-    from labutils.timing import SectionTimer
 
     size = as_size(size)
     rows = []
@@ -400,7 +402,6 @@ def tp_check_worker(ctx, size=(8, 64), seed: int = 0, dtypes=("float32",), activ
 def run_tp_check(nproc: int = 2, size=(8, 64), dtypes=("float32",), seed: int = 0, backend: str = "gloo",
                  device: str = "cpu", activation: str = "relu", timeout_s: float = 120.0) -> pd.DataFrame:
     """Launch `tp_check_worker` on `nproc` ranks; one row per (dtype, rank)."""
-    from labutils.launch import launch
 
     dtypes = (dtypes,) if isinstance(dtypes, str) else tuple(dtypes)
     split_columns(as_size(size).ffn, nproc, "nproc")  # refuse here, not in every rank
@@ -436,7 +437,6 @@ def timed_step(step, device: str = "cpu"):
     `step` times its parts with `timer.section(name)` for name in SECTIONS (a part may be absent).
     On CUDA the sections are CUDA events on the current stream, on the CPU perf_counter intervals.
     """
-    from labutils.timing import SectionTimer
 
     timer = SectionTimer(device)
     with timer.section("total"):
@@ -461,7 +461,6 @@ def median_times(samples: list[StepTimes]) -> dict:
 # --- 5. the command line ------------------------------------------------------------------------------
 
 def _cli(args) -> int:
-    from labutils.launch import resolve_backend
 
     dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
     for d in dtypes:

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
+from labutils.launch import barrier_kwargs
+
 
 def is_cuda(device: str) -> bool:
     return str(device).startswith("cuda")
@@ -32,8 +34,6 @@ def barrier(device: str = "cpu") -> None:
     NCCL's barrier is told which GPU this rank uses (`launch.barrier_kwargs`); gloo needs nothing.
     """
     import torch.distributed as dist
-
-    from labutils.launch import barrier_kwargs
 
     synchronize(device)
     if dist.is_available() and dist.is_initialized():

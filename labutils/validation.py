@@ -22,10 +22,28 @@ from dataclasses import astuple, dataclass
 import numpy as np
 import pandas as pd
 
-from labutils.tensor_parallel import (LayerSize, MLPWeights, as_size, dist_all_reduce, dist_world_size, median_times,
-                                      mlp_input, mlp_partial, mlp_weights, serial_tail, shard, split_columns,
-                                      timed_step, tp_block_step)
-from labutils.validate import LabInputError, check_choice, check_int
+from labutils import budget
+from labutils.harness import agree_iters
+from labutils.inputs import LabInputError, check_choice, check_int
+from labutils.launch import launch
+from labutils.progress import rank_progress
+from labutils.tensor_parallel import (
+    LayerSize,
+    MLPWeights,
+    as_size,
+    dist_all_reduce,
+    dist_world_size,
+    median_times,
+    mlp_input,
+    mlp_partial,
+    mlp_weights,
+    serial_tail,
+    shard,
+    split_columns,
+    timed_step,
+    tp_block_step,
+)
+from labutils.timing import barrier, line_up
 
 # --- 0. the sizes, a pure function of the route ------------------------------------------------------
 
@@ -98,7 +116,6 @@ def _once(ctx, mode: str, step):
     "whole" runs on rank 0 alone while the other ranks wait, idle, in the closing barrier.
     Modes that communicate start after one untimed step (timing.line_up).
     """
-    from labutils.timing import barrier, line_up
 
     communicates = mode in ("split", "overlap")
     line_up(ctx.device, (lambda: timed_step(step, ctx.device)) if communicates else None)
@@ -120,8 +137,6 @@ def _repeat(ctx, steps: dict, warmup: int, min_reps: int, max_reps: int, target_
     """
     import torch
     import torch.distributed as dist
-
-    from labutils.collectives import agree_iters
 
     warm = {v: [] for v in steps}
     for _ in range(warmup):
@@ -205,8 +220,6 @@ def measure(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str = "
     on both sides.
     quick: 2 warm-up rounds and about 300 ms of repetitions (5..100) per size; else 5 and 2 s (15..400).
     """
-    from labutils.launch import launch
-    from labutils.progress import rank_progress
 
     nproc = check_int("nproc", nproc, low=1)
     for s in sizes:
@@ -301,7 +314,6 @@ def validation_table(frame: pd.DataFrame, link) -> pd.DataFrame:
     eta_measured, T1_ms, T2_ms (measured), comm_ms (measured, slowest rank), comm_pred_ms,
     T2_pred_ms, rel_error = (predicted - measured) / measured, speedup, speedup_pred (T1 / T2).
     """
-    from labutils import budget
 
     rows = []
     for r1, r2, size in _pairs(frame, "split"):
@@ -373,7 +385,6 @@ def overlap_table(frame: pd.DataFrame, link) -> pd.DataFrame:
     For k chunks: Q = k all-reduces of V/k bytes; no overlap: S + C/(2 eta) + k(l + V/(k B));
     bound: S + max(C/(2 eta), k(l + V/(k B))). eta comes from the k = 1 run (nothing to overlap).
     """
-    from labutils import budget
 
     pairs = sorted(_pairs(frame, "overlap"), key=lambda p: int(p[1].chunks))
     if not pairs or int(pairs[0][1].chunks) != 1:

@@ -9,8 +9,8 @@ import pytest
 
 from labutils import budget
 from labutils import validation as val
+from labutils.inputs import LabInputError
 from labutils.tensor_parallel import LayerSize
-from labutils.validate import LabInputError
 
 
 def test_measure_refuses_a_rank_count_that_does_not_divide_the_layer():
