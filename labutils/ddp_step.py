@@ -132,7 +132,7 @@ def _agree_steps(cfg: StepConfig, device: str, warm_step_s: float) -> int:
     return agree_iters(max(warm_step_s, 1e-6) * 1e3, cfg.min_time_s * 1e3, cfg.steps, longest, device)
 
 
-class _Step:
+class RankStep:
     """The model, optimizer and this rank's batch for one StepConfig, and the step itself."""
 
     def __init__(self, cfg: StepConfig, ctx):
@@ -203,7 +203,7 @@ class _Step:
         return ms
 
 
-def _time_one_step(step: _Step, ddp_reference: bool) -> dict:
+def _time_one_step(step: RankStep, ddp_reference: bool) -> dict:
     """Time one step with the ranks lined up (timing.line_up: barrier, then one untimed step
     when ranks communicate); returns its parts in ms."""
 
@@ -223,7 +223,7 @@ def _time_one_step(step: _Step, ddp_reference: bool) -> dict:
     return row
 
 
-def _flat_allreduce_ms(step: _Step, reps: int = 3) -> float:
+def _flat_allreduce_ms(step: RankStep, reps: int = 3) -> float:
     """Median time of one all-reduce of the whole gradient, on this run's link (ms)."""
     import torch
     import torch.distributed as dist
@@ -257,7 +257,7 @@ def _check_world(cfg: StepConfig, world_size: int) -> None:
         raise LabInputError(f"mode {cfg.mode!r} needs at least 2 ranks, got {world_size}")
 
 
-def _warm_up(step: _Step, warmup: int) -> float:
+def _warm_up(step: RankStep, warmup: int) -> float:
     """Run `warmup` untimed steps (at least one: DDP settles its buckets in the first); seconds per step."""
     import time
 
@@ -282,7 +282,7 @@ def train_worker(ctx, configs: list[StepConfig], ddp_reference: bool = True, int
         steps, counts = {}, {}
         for index, cfg in group:
             _check_world(cfg, ctx.world_size)
-            steps[index] = _Step(cfg, ctx)
+            steps[index] = RankStep(cfg, ctx)
             counts[index] = _agree_steps(cfg, ctx.device, _warm_up(steps[index], cfg.warmup))
         timed = {index: [] for index in steps}
         for r in range(max(counts.values())):
@@ -295,7 +295,7 @@ def train_worker(ctx, configs: list[StepConfig], ddp_reference: bool = True, int
     return rows
 
 
-def _finish_rows(step: _Step, timed: list[dict], index: int, ctx) -> list[dict]:
+def _finish_rows(step: RankStep, timed: list[dict], index: int, ctx) -> list[dict]:
     """Label one configuration's rows with its settings; `other_ms` makes the parts add up."""
     cfg = step.cfg
     flat_ms = _flat_allreduce_ms(step) if cfg.mode == "ddp" else math.nan

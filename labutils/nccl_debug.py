@@ -140,8 +140,7 @@ def transport_meaning(transport: str) -> str:
 
 def _matches(text: str):
     for line in text.splitlines():
-        for m in _CONNECTION.finditer(line):
-            yield m
+        yield from _CONNECTION.finditer(line)
 
 
 def ring_orders(text) -> dict[int, tuple[int, ...]]:

@@ -14,8 +14,8 @@ import math
 import os
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
@@ -97,7 +97,7 @@ def to_json(obj) -> str:
 
 
 def utc_stamp(now: _dt.datetime | None = None) -> str:
-    now = now or _dt.datetime.now(_dt.timezone.utc)
+    now = now or _dt.datetime.now(_dt.UTC)
     return now.strftime("%Y%m%dT%H%M%SZ")
 
 
@@ -109,7 +109,7 @@ def save_result(kind: str, frame: pd.DataFrame | None, meta: dict, directory: st
     directory = Path(directory) if directory else results_dir()
     directory.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname().split(".")[0] or "host"
-    created = _dt.datetime.now(_dt.timezone.utc)
+    created = _dt.datetime.now(_dt.UTC)
     base = _reserve(directory, f"{kind}-{host}-{utc_stamp(created)}", (".json", ".csv"))
     record = {"kind": kind, "created_utc": created.isoformat(timespec="microseconds"), "meta": meta, "csv": None}
     if frame is not None:

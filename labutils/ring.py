@@ -137,7 +137,7 @@ class RingRun:
         rows, before = [], self.inputs
         for step in self.steps:
             for t in step.transfers:
-                shown = (lambda values: " ".join(map(str, _chunk(values, self.bounds, t.chunk).tolist())))
+                shown = (lambda values: " ".join(map(str, _chunk(values, self.bounds, t.chunk).tolist())))  # noqa: B023 - called at once, in this iteration
                 rows.append({"step": step.number, "phase": step.phase, "from rank": t.src, "to rank": t.dst,
                              "chunk": t.chunk, "sent": shown(before[t.src]),
                              "receiver's chunk after": shown(step.values[t.dst])})
@@ -529,7 +529,7 @@ def ring_worker(ctx, sizes, dtype: str = "float32", budget_ms: float = 40.0, war
                "backend": ctx.backend, "wrong": wrong}
         if time_it:
             buf = torch.zeros(count, dtype=getattr(torch, dtype), device=ctx.device)
-            calls = {"hand_ring": lambda: hand_ring_all_reduce(buf), "all_reduce": lambda: dist.all_reduce(buf)}
+            calls = {"hand_ring": lambda: hand_ring_all_reduce(buf), "all_reduce": lambda: dist.all_reduce(buf)}  # noqa: B023
             for call in calls.values():
                 for _ in range(max(1, warmup_iters(row["size_bytes"], warmup))):
                     call()

@@ -113,7 +113,7 @@ def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", **s
         devices = [f"cpu: {_cpu_name()}"] * world_size
     return {"host": socket.gethostname().split(".")[0], "devices": devices, "backend": backend, "device": device,
             "world_size": world_size, **_versions(), "topology": topology_text() if device == "cuda" else None,
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "backend_reason": reason, "python": platform.python_version(), **settings}
 
 

@@ -9,9 +9,9 @@ together. Warm-up is never timed: callers run it before `time_loop`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
 
 from labutils.launch import barrier_kwargs
 

@@ -6,7 +6,7 @@ Reading order:
    the machine hits them alike; `measure` launches it, `per_size` collapses the ranks;
 2. the budget's inputs from those timings: S and C from T1 (one rank, whole layer), eta from
    the split's compute on the slower rank, Q = 1 all-reduce of V = output bytes, latency and
-   bandwidth from the measured link (labutils.fit), never from the same timings;
+   bandwidth from the measured link (labutils.my_link), never from the same timings;
 3. predicted against measured: T2 per size (`validation_table`), the break-even size, overlap
    of chunked all-reduces with compute, two replicas against one split layer, the hand-in
    summary, and the exercise checker.
@@ -282,13 +282,14 @@ def estimate_inputs(t1, t2, link, volume_bytes: float, Q: int = 1) -> BudgetInpu
 
     S = t1 serial, C = t1 compute, eta = C / (2 * C_rank) capped at 1, where C_rank is t2's
     `compute_slowest_ms` (or `compute_ms` when absent); latency and bandwidth
-    from `link` (a fit.LinkFit: latency_ms, busbw_GBps). For 2 ranks the ring factor 2(N-1)/N
+    from `link` (a fit.LinkFit, translated by its `budget_params`). For 2 ranks the ring factor 2(N-1)/N
     is 1, so V / busbw is exactly the all-reduce's bandwidth term.
     """
     c_rank = float(t2["compute_slowest_ms"] if "compute_slowest_ms" in t2 else t2["compute_ms"])
     eta = math.inf if c_rank <= 0 else float(t1["compute_ms"]) / (2 * c_rank)
+    params = link.budget_params()
     return BudgetInputs(float(t1["serial_ms"]), float(t1["compute_ms"]), min(eta, 1.0), int(Q), float(volume_bytes),
-                        float(link.latency_ms), float(link.busbw_GBps), eta)
+                        float(params["latency_ms"]), float(params["bandwidth_GBps"]), eta)
 
 
 def _pairs(frame: pd.DataFrame, mode: str):

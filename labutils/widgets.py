@@ -344,7 +344,7 @@ def ddp_scaling_dashboard(gradient_bytes: float = 200e6, busbw_GBps: float | Non
     """Sliders for gradient size, link bandwidth, compute, latency, buckets and overlap; the
     predicted scaling efficiency for N = 2, 4, 8 as a readout and as curves against gradient size.
 
-    busbw and alpha default to the measured link (`labutils.fit.load_link`), else the article's
+    busbw and alpha default to the measured link (`labutils.my_link.load_link`), else the article's
     22 GB/s and no latency. Returns a `DDPScalingDashboard`: set `dash.sliders["busbw_GBps"].value`
     and read `dash.state()["efficiency"][8]` or the readout's `[data-key=efficiency-N8]`.
     """

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from rank_workers import gradient_worker
 
 from labutils import data_parallel as dp
 from labutils import ddp_model, ddp_step
@@ -152,7 +153,7 @@ WIDTH, DEPTH, PER_RANK = 48, 3, 8
 def two_rank_gradients():
     """One launch: each rank's gradient for both modes, fresh and after 3 training steps."""
     runs = [(mode, steps) for mode in ("ddp", "no_overlap") for steps in (0, 3)]
-    return launch(dp.gradient_worker, 2, args=(WIDTH, DEPTH, PER_RANK, runs), timeout_s=120, threads_per_rank=1)
+    return launch(gradient_worker, 2, args=(WIDTH, DEPTH, PER_RANK, runs), timeout_s=120, threads_per_rank=1)
 
 
 @pytest.mark.distributed

@@ -127,11 +127,12 @@ def test_save_and_load_the_link_contract():
     fit = fit_alpha_beta(_sweep(35.0, 1.7))
     path = save_link(fit)
     meta = json.loads(path.read_text())["meta"]
-    for key in ("name", "latency_ms", "bandwidth_GBps", "alpha_us", "busbw_GBps", "world_size", "backend", "device",
-                "source"):
+    for key in ("name", "alpha_us", "busbw_GBps", "world_size", "backend", "device", "source"):
         assert key in meta
-    assert meta["name"] == "my link: gloo/cpu, 2 ranks" and meta["bandwidth_GBps"] == pytest.approx(1.7)
-    assert meta["latency_ms"] == pytest.approx(0.035) and meta["source"].startswith("measured on ")
+    assert "latency_ms" not in meta and "bandwidth_GBps" not in meta  # one set of names on disk
+    assert meta["name"] == "my link: gloo/cpu, 2 ranks" and meta["busbw_GBps"] == pytest.approx(1.7)
+    assert meta["alpha_us"] == pytest.approx(35.0) and meta["source"].startswith("measured on ")
+    assert fit.budget_params() == pytest.approx({"latency_ms": 0.035, "bandwidth_GBps": 1.7})
     back = load_link()
     assert back == fit
     assert load_link(world_size=8) is None or load_link(world_size=8).world_size == 8
@@ -161,3 +162,15 @@ def test_exercise_checker_hints():
     assert "2(N-1)/N" in check_allreduce_prediction(200e6 / 22e6, 200e6, 4, 22)
     assert "units" in check_allreduce_prediction(13636, 200e6, 4, 22)
     assert "number" in check_allreduce_prediction(None, 200e6, 4, 22)
+
+
+def test_a_link_saved_in_the_old_format_still_reads(tmp_path):
+    from labutils.my_link import load_link, saved_links
+    from labutils.results import save_result
+
+    save_result("link", None, {"name": "old", "latency_ms": 0.05, "bandwidth_GBps": 3.0, "world_size": 2,
+                               "backend": "gloo", "device": "cpu"}, tmp_path)
+    save_result("link", None, {"name": "foreign", "latency_ms": 0.05}, tmp_path)  # no world size: skipped
+    link = load_link(directory=tmp_path, world_size=2)
+    assert (link.alpha_us, link.busbw_GBps) == (pytest.approx(50.0), 3.0)
+    assert [name for name, _, _ in saved_links(tmp_path)] == ["old"]
