@@ -38,8 +38,11 @@ import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+# The live readers are called through their modules, so tests can fake them there.
+from labutils import copies as live_copies
+from labutils import pcie as live_pcie
+from labutils import topology as live_readers
 from labutils.busbw import as_answer
-from labutils.copies import peer_access_matrix
 from labutils.fit import crossover_bytes, fit_alpha_beta
 from labutils.inputs import LabInputError, check_range
 from labutils.links import LinkFigure, link_figure
@@ -54,7 +57,6 @@ from labutils.pcie import (
     parse_lspci,
     pcie_band,
     read_lspci_file,
-    run_lspci,
 )
 from labutils.results import DATA_DIR, REPO_ROOT, load_result, to_json
 from labutils.sweep import load_sweep
@@ -67,8 +69,6 @@ from labutils.topology import (
     expected_figure,
     group_bottleneck,
     list_samples,
-    live_topology,
-    nvml_facts,
     pcie_gen_of,
     read_topology_file,
     sample_pcie_gen,
@@ -1075,13 +1075,13 @@ def _nvml_bus_ids(count: int) -> tuple[str | None, ...]:
 def live_facts() -> tuple[MachineFacts | None, str]:
     """NVML's facts, the peer-access matrix (torch) and bus ids of this machine, or (None, why not)."""
 
-    gpus, why = nvml_facts()
+    gpus, why = live_readers.nvml_facts()
     if not gpus:
         return None, why
     p2p = None
     try:
 
-        frame = peer_access_matrix()
+        frame = live_copies.peer_access_matrix()
         if frame is not None and len(frame) == len(gpus):
             p2p = tuple(tuple(bool(v) for v in row) for row in frame.to_numpy())
     except Exception:  # noqa: BLE001 - torch without CUDA: p2p unknown
@@ -1092,7 +1092,7 @@ def live_facts() -> tuple[MachineFacts | None, str]:
 def live_lspci() -> tuple[tuple[PciDevice, ...] | None, str]:
     """This machine's `lspci -vvv`, parsed, or (None, why not)."""
 
-    text, why = run_lspci()
+    text, why = live_pcie.run_lspci()
     if text is None:
         return None, why
     devices = parse_lspci(text, "lspci -vvv")
@@ -1137,7 +1137,7 @@ def run_doctor(busbw=None, sweep=None, nccl_tests=None, gpus=None, topo=None, fa
         gen = sample_pcie_gen(Path(str(topo)).stem)
     else:
 
-        topology, why = live_topology()
+        topology, why = live_readers.live_topology()
         if topology is None:
             notes.append(f"no live topology ({why}); try a shipped case: `{case_command('cross_socket')}`")
         if machine is None and topology is not None:

@@ -192,10 +192,6 @@ class LayerSize:
         """Bytes of the all-reduced output, batch x hidden elements: the budget's V."""
         return self.batch * self.hidden * element_bytes(dtype_name)
 
-    @property
-    def label(self) -> str:
-        return f"{self.batch}x{self.hidden}"
-
 
 def as_size(size) -> LayerSize:
     """A LayerSize from a LayerSize, a (batch, hidden[, ffn]) tuple or a dict."""

@@ -136,9 +136,6 @@ class SectionTimer:
     def totals_ms(self) -> dict[str, float]:
         return {name: sum(v) for name, v in self.samples_ms().items()}
 
-    def reset(self) -> None:
-        self._pending.clear()
-
 
 @dataclass(frozen=True)
 class RankStats:

@@ -2,11 +2,7 @@
 # Nothing to do where `labutils` is installed (`make lab`, `make run`). On Colab it clones the lab and
 # pip-installs it beside Colab's own torch; in another Jupyter it uses the clone around this notebook,
 # or says how to install it. Its source: tools/first_cell.py (`python tools/nb.py first-cell ...`).
-import importlib.util
-import os
-import shlex
-import subprocess
-import sys
+import importlib.util, os, shlex, subprocess, sys
 from pathlib import Path
 
 LAB_REPO = "OWNER/REPO"  # the lab on GitHub; instructors put theirs here and in README's Colab links
