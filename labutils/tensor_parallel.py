@@ -9,7 +9,8 @@ Reading order:
 3. floating point: the same layer in float32 / bfloat16 / float16 with other summation orders,
    against a float64 reference, and the dtype-aware tolerance used to check a split;
 4. a step timer: serial + compute + communication = total, per rank;
-5. `python -m labutils tp-check`: the split block on N ranks, checked against the whole.
+5. `python -m labutils tp-check`: the split block on N ranks, checked against the whole (the
+   backward check, with f and g, is labutils.megatron).
 
 Timing the split on ranks and holding the two-device budget against it is labutils.validation.
 
@@ -466,9 +467,17 @@ def _cli(args) -> int:
                          timeout_s=args.timeout_s)
     print(f"{args.nproc} ranks, {choice.backend} on {choice.device}: split MLP block {args.batch}x{args.hidden} "
           "against the whole block")
+    print("forward: the output")
     print(frame[["dtype", "rank", "max_abs", "max_rel", "tolerance", "ok"]].to_string(index=False))
-    print("PASS" if frame["ok"].all() else "FAIL: a split differs from the whole by more than its tolerance")
-    return 0 if frame["ok"].all() else 1
+    from labutils.megatron import backward_report, run_backward_check
+
+    grads = run_backward_check(args.nproc, (args.batch, args.hidden), dtypes, args.seed, choice.backend,
+                               choice.device, timeout_s=args.timeout_s)
+    print("backward (f and g): dL/dx and every weight's gradient, this rank's shard against the whole block's")
+    print(backward_report(grads))
+    ok = bool(frame["ok"].all() and grads["ok"].all())
+    print("PASS" if ok else "FAIL: a split differs from the whole by more than its tolerance")
+    return 0 if ok else 1
 
 
 def add_cli(sub) -> None:
@@ -476,7 +485,9 @@ def add_cli(sub) -> None:
     parser = sub.add_parser("tp-check", help="run the column/row-parallel MLP block on N ranks and check it",
                             description="Run the Megatron-style MLP block split over N local ranks (one "
                                         "all-reduce) and compare every rank's output with the whole block "
-                                        "within the dtype's tolerance. Exit status 1 when one differs.")
+                                        "within the dtype's tolerance; then forward and backward with "
+                                        "Megatron's f and g, comparing the input's and every weight's "
+                                        "gradient. Exit status 1 when one differs.")
     parser.add_argument("--nproc", type=int, default=2, help="ranks (must divide 4 * hidden) [2]")
     parser.add_argument("--batch", type=int, default=8, help="rows of the input [8]")
     parser.add_argument("--hidden", type=int, default=64, help="hidden width; the MLP is 4x wider [64]")
