@@ -11,7 +11,7 @@ ARGS ?=
 PORT := 8888
 IP := 127.0.0.1
 
-.PHONY: setup run quick test lab bench clean
+.PHONY: setup run quick lint test lab bench clean
 
 setup: $(VENV)/.installed
 
@@ -38,8 +38,12 @@ run: setup
 quick: setup
 	$(PY) -m labutils run-notebooks --quick --out $(OUT) $(ARGS)
 
-## The whole test suite.
-test: setup
+## ruff over the package, tests, benchmarks and tools (settings in pyproject.toml).
+lint: setup
+	$(PY) -m ruff check labutils tests benchmarks tools
+
+## The linter, then the whole test suite.
+test: lint
 	$(PY) -m pytest $(ARGS)
 
 ## JupyterLab on notebooks/, bound to 127.0.0.1, token kept on (--allow-root added for root);

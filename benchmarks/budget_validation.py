@@ -32,15 +32,16 @@ DEFAULT_HIDDEN = "64,96,128,192,256,384,512,768,1024"
 
 def measured_link(reuse: bool):
     """The link to predict with: the newest saved gloo/cpu 2-rank link, or a fresh sweep and fit."""
-    from labutils import fit
-    from labutils.collectives import run_sweep
+    from labutils.fit import fit_alpha_beta
+    from labutils.my_link import ensure_link, save_link
+    from labutils.sweep import run_sweep
 
     if reuse:
-        return fit.ensure_link(2, "gloo", "cpu", quick=True)
+        return ensure_link(2, "gloo", "cpu", quick=True)
     sweep = run_sweep(nproc=2, backend="gloo", device="cpu", min_bytes="1K", max_bytes="4M", budget_ms=100,
                       progress=False)
-    link = fit.fit_alpha_beta(sweep.frame)
-    fit.save_link(link)
+    link = fit_alpha_beta(sweep.frame)
+    save_link(link)
     return link
 
 

@@ -31,8 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pandas as pd  # noqa: E402
 
 from labutils import data_parallel as dp  # noqa: E402
-from labutils.collectives import ensure_sweep, run_sweep, save_sweep  # noqa: E402
-from labutils.fit import ensure_link, fit_alpha_beta, save_link  # noqa: E402
+from labutils import ddp_model, ddp_step  # noqa: E402
+from labutils.fit import fit_alpha_beta  # noqa: E402
+from labutils.my_link import ensure_link, save_link  # noqa: E402
+from labutils.sweep import ensure_sweep, run_sweep, save_sweep  # noqa: E402
 
 TARGET_ERROR = 0.25
 
@@ -63,16 +65,16 @@ def main(argv=None) -> int:
         parser.error("give at least 4 model sizes")
 
     started = time.perf_counter()
-    widths = [dp.mlp_for_gradient_bytes(m * 2**20, args.depth) for m in sorted(args.sizes_mib)]
-    link, sweep = measured_link(args.fresh_link, *dp.bucket_size_range(widths, args.depth))
+    widths = [ddp_model.mlp_for_gradient_bytes(m * 2**20, args.depth) for m in sorted(args.sizes_mib)]
+    link, sweep = measured_link(args.fresh_link, *ddp_model.bucket_size_range(widths, args.depth))
     print(f"link: {link.name}, alpha {link.alpha_us:.0f} us, busbw {link.busbw_GBps:.3g} GB/s ({link.source}; "
           f"held-out median error of the fit {link.heldout_median_error:.0%})")
     print(f"all-reduce curve: {len(sweep.frame)} sizes, {int(sweep.frame.size_bytes.min())} to "
           f"{int(sweep.frame.size_bytes.max())} bytes ({sweep.meta.get('date')})")
-    configs = [dp.StepConfig(w, args.depth, args.batch, "single", steps=args.steps, warmup=args.warmup)
+    configs = [ddp_step.StepConfig(w, args.depth, args.batch, "single", steps=args.steps, warmup=args.warmup)
                for w in widths]
     one = dp.summarize(dp.measure(configs, 1, "gloo", "cpu", progress=False))
-    many = [dp.StepConfig(w, args.depth, args.batch, mode, steps=args.steps, warmup=args.warmup)
+    many = [ddp_step.StepConfig(w, args.depth, args.batch, mode, steps=args.steps, warmup=args.warmup)
             for w in widths for mode in ("ddp", "no_overlap")]
     two = dp.summarize(dp.measure(many, 2, "gloo", "cpu", progress=False))
     two["run"] += len(one)

@@ -230,8 +230,8 @@ def step_tests(args) -> dict:
 def step_nccl(args) -> dict:
     """2. NCCL with one rank on the GPU (gloo with one CPU rank for --device cpu): a ping, then a
     short sweep whose elements must all be right."""
-    from labutils.collectives import run_sweep
     from labutils.launch import launch, ping_worker
+    from labutils.sweep import run_sweep
 
     backend = "nccl" if args.device == "cuda" else "gloo"
     ping = launch(ping_worker, 1, backend=backend, device=args.device, timeout_s=min(60, args.step_timeout_s))[0]

@@ -18,19 +18,59 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from labutils.collectives import bandwidths_GBps, overhead_worker, run_sweep, sweep_sizes  # noqa: E402
+from labutils.busbw import bandwidths_GBps, layout, sweep_sizes  # noqa: E402
 from labutils.fit import fit_alpha_beta  # noqa: E402
+from labutils.harness import measure, warmup_iters  # noqa: E402
 from labutils.launch import launch  # noqa: E402
-from labutils.nccl_tests import format_table  # noqa: E402
+from labutils.nccl_table import format_nccl_table  # noqa: E402
+from labutils.sweep import run_sweep  # noqa: E402
+from labutils.timing import across_ranks, barrier  # noqa: E402
 from labutils.units import format_size  # noqa: E402
 
 RATIO_FROM_BYTES = 1 << 20
 
 
+def overhead_worker(ctx, sizes, budget_ms=100.0, rounds=3, warmup=5) -> list[dict]:
+    """Run in every rank (spawned from this script, which is importable as `__mp_main__`): the harness's `measure` against a bare `dist.all_reduce` loop, per size.
+
+    Both run `rounds` times, alternating which goes first, with the same iteration count; each
+    keeps its fastest round (as timeit does: noise from other work only ever adds time, so the
+    minimum is the steadiest estimate of what each loop costs). Returns size_bytes, harness_us,
+    bare_us (mean over ranks), iters.
+    """
+    import torch
+    import torch.distributed as dist
+
+    rows = []
+    for size in sizes:
+        lay = layout("all_reduce", size, "float32", ctx.world_size)
+        harness, bare, iters = [], [], 1
+        buf = torch.zeros(lay.count, device=ctx.device)
+        for r in range(rounds):
+            for which in (("harness", "bare") if r % 2 == 0 else ("bare", "harness")):
+                if which == "harness":
+                    timing = measure(lay, ctx, warmup, budget_ms, 3, 1000)
+                    harness.append(timing["time_us"])
+                    iters = timing["iters"]
+                    continue
+                for _ in range(warmup_iters(size, warmup)):
+                    dist.all_reduce(buf)
+                barrier(ctx.device)
+                start = time.perf_counter()
+                for _ in range(iters):
+                    dist.all_reduce(buf)
+                bare.append(across_ranks((time.perf_counter() - start) / iters * 1e6, ctx.device).mean)
+        rows.append({"size_bytes": lay.size_bytes, "harness_us": min(harness), "bare_us": min(bare),
+                     "iters": iters})
+        if ctx.rank == 0:
+            ctx.report({"done": len(rows), "of": len(sizes)})
+    return rows
+
+
 def harness_vs_bare(device: str = "cpu", backend: str = "gloo", nproc: int = 2, min_bytes="1K", max_bytes="64M",
                     factor: int = 4, budget_ms: float = 400, rounds: int = 9, timeout_s: float = 600) -> list[dict]:
     """The harness's all_reduce against a bare `dist.all_reduce` loop on the same ranks and sizes
-    (labutils.collectives.overhead_worker), on `device` tensors. One row per size: harness_us,
+    (`overhead_worker` above), on `device` tensors. One row per size: harness_us,
     bare_us, iters, ratio = bare_us / harness_us (the busbw ratio harness / bare) and both busbw
     in decimal GB/s."""
     sizes = sweep_sizes(min_bytes, max_bytes, factor)
@@ -68,7 +108,7 @@ def main() -> int:
     sweep = run_sweep(nproc=2, backend="gloo", min_bytes="1K", max_bytes="64M", budget_ms=100, progress=False)
     wall_s = time.perf_counter() - started
     print("\n2. full sweep")
-    print(format_table(sweep.frame, sweep.meta))
+    print(format_nccl_table(sweep.frame, sweep.meta))
     results["speed: 1 KiB..64 MiB sweep on 2 ranks, seconds <= 30"] = (wall_s, wall_s <= 30)
 
     fit = fit_alpha_beta(sweep.frame)

@@ -1,6 +1,6 @@
 """labutils: the helper package of the Interconnect Lab.
 
-One module per concept (budget, collectives, timing, topology, ...). Notebooks narrate and call
+One module per concept, in course order: measure, fit, model, predict, show (README, Layout). Notebooks narrate and call
 these functions; the command line (`python -m labutils --help`) reaches the same code.
 """
 

@@ -22,31 +22,29 @@ A ring all-reduce is 2(N−1) steps; ℓ is the startup of one exchange on two d
 split pays when C·(1 − 1/(Nη)) > H_N; bf16 or fp16 on the wire halves V_w. The two-device
 functions are the article's formulas as printed and stay as they are.
 
-The break-even as a hardware ratio (`critical_intensity`, `critical_hidden`): with the startups
-left out, splitting pays when the work per byte on the wire, F/V_w (FLOP/byte), exceeds
+The break-even as a hardware ratio (labutils.hardware_ratio): with the startups left out, splitting pays when the work per byte on the wire, F/V_w (FLOP/byte), exceeds
 Q·2(N−1)/N / (1 − 1/(Nη)) times the ratio R/B of the compute rate to the link bandwidth. For the
 lab's MLP block (F = 4·batch·hidden·ffn, V = batch·hidden values) that is a critical hidden size.
 
-This is a model with stated assumptions (equal exchanges, no overlap, no competing traffic,
+A pure model (notebook 06, the budget dashboard): no launcher, no files; the worked cases and the
+`interconnect-lab budget` command are labutils.budget_cli. This is a model with stated assumptions (equal exchanges, no overlap, no competing traffic,
 no queue); its numbers are arithmetic, not measurements.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from labutils.validate import LabInputError, check_range
+from labutils.inputs import LabInputError, check_range
 
 # The article's base case: 12 ms of divisible work, four 2 MB exchanges over 10 GB/s.
 BASE_CASE = {"S_ms": 0.8, "C_ms": 12.0, "eta": 0.8, "Q": 4, "latency_ms": 0.03,
              "volume_bytes": 2_000_000, "bandwidth_GBps": 10.0}
 PARAMETERS = tuple(BASE_CASE)
-CASES_FILE = Path(__file__).resolve().parent.parent / "data" / "budget_cases.json"
 
 _TIME = {"low": 0.0, "high": math.inf, "high_open": True, "unit": "ms"}
 _RANGES = {
@@ -70,11 +68,13 @@ def check_inputs(**params) -> None:
         check_range(name, value, **_RANGES[name])
 
 
-def _a(x) -> np.ndarray:
+def as_float_array(x) -> np.ndarray:
+    """x as a float numpy array (numbers and arrays broadcast together)."""
     return np.asarray(x, dtype=float)
 
 
-def _out(x):
+def float_or_array(x):
+    """A float for a 0-d result, else the array."""
     x = np.asarray(x, dtype=float)
     return float(x) if x.ndim == 0 else x
 
@@ -82,31 +82,31 @@ def _out(x):
 # --- the formulas, unchecked (inputs already validated) ---
 
 def _comm(Q, latency_ms, volume_bytes, bandwidth_GBps):
-    return _a(Q) * (_a(latency_ms) + _a(volume_bytes) / (_a(bandwidth_GBps) * 1e6))
+    return as_float_array(Q) * (as_float_array(latency_ms) + as_float_array(volume_bytes) / (as_float_array(bandwidth_GBps) * 1e6))
 
 
 def _saved_fraction(eta):
-    return 1.0 - 1.0 / (2.0 * _a(eta))
+    return 1.0 - 1.0 / (2.0 * as_float_array(eta))
 
 
 def _break_even(eta, H):
     frac = _saved_fraction(eta)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(frac > 0, _a(H) / np.where(frac > 0, frac, 1.0), math.inf)
+        return np.where(frac > 0, as_float_array(H) / np.where(frac > 0, frac, 1.0), math.inf)
 
 
 def _min_bandwidth(C_ms, eta, Q, latency_ms, volume_bytes):
-    saving = _a(C_ms) * _saved_fraction(eta)
-    startup = _a(Q) * _a(latency_ms)
+    saving = as_float_array(C_ms) * _saved_fraction(eta)
+    startup = as_float_array(Q) * as_float_array(latency_ms)
     possible = saving > startup
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        window = np.where(_a(Q) > 0, (saving - startup) / np.where(_a(Q) > 0, _a(Q), 1.0), math.inf)
-        need = np.where(_a(volume_bytes) > 0, _a(volume_bytes) / (window * 1e6), 0.0)
+        window = np.where(as_float_array(Q) > 0, (saving - startup) / np.where(as_float_array(Q) > 0, as_float_array(Q), 1.0), math.inf)
+        need = np.where(as_float_array(volume_bytes) > 0, as_float_array(volume_bytes) / (window * 1e6), 0.0)
     return np.where(possible, need, math.inf)
 
 
 def _min_eta(C_ms, H):
-    C, H = np.broadcast_arrays(_a(C_ms), _a(H))
+    C, H = np.broadcast_arrays(as_float_array(C_ms), as_float_array(H))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(C > H, C / (2.0 * np.where(C > H, C - H, 1.0)), math.inf)
 
@@ -116,20 +116,20 @@ def _min_eta(C_ms, H):
 def comm_ms(Q, latency_ms, volume_bytes, bandwidth_GBps):
     """H = Q·(ℓ + V/B) in ms, with V/B = V / (B·1e6) ms for V bytes at B decimal GB/s."""
     check_inputs(Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    return _out(_comm(Q, latency_ms, volume_bytes, bandwidth_GBps))
+    return float_or_array(_comm(Q, latency_ms, volume_bytes, bandwidth_GBps))
 
 
 def t_one_ms(S_ms, C_ms):
     """One device: T1 = S + C (ms)."""
     check_inputs(S_ms=S_ms, C_ms=C_ms)
-    return _out(_a(S_ms) + _a(C_ms))
+    return float_or_array(as_float_array(S_ms) + as_float_array(C_ms))
 
 
 def t_two_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
     """Two devices, no overlap: T2 = S + C/(2η) + Q·(ℓ + V/B) (ms)."""
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
                  volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    return _out(_a(S_ms) + _a(C_ms) / (2 * _a(eta)) + _comm(Q, latency_ms, volume_bytes, bandwidth_GBps))
+    return float_or_array(as_float_array(S_ms) + as_float_array(C_ms) / (2 * as_float_array(eta)) + _comm(Q, latency_ms, volume_bytes, bandwidth_GBps))
 
 
 def overlap_bound_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
@@ -137,13 +137,13 @@ def overlap_bound_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBp
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
                  volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
     H = _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)
-    return _out(_a(S_ms) + np.maximum(_a(C_ms) / (2 * _a(eta)), H))
+    return float_or_array(as_float_array(S_ms) + np.maximum(as_float_array(C_ms) / (2 * as_float_array(eta)), H))
 
 
 def saved_fraction(eta):
     """The share of C that splitting saves before communication: 1 − 1/(2η) (0.375 at η = 0.8)."""
     check_inputs(eta=eta)
-    return _out(_saved_fraction(eta))
+    return float_or_array(_saved_fraction(eta))
 
 
 def break_even_C_ms(eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
@@ -152,7 +152,7 @@ def break_even_C_ms(eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
     math.inf ("never") when η ≤ 0.5: the halves then save no time at all.
     """
     check_inputs(eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    return _out(_break_even(eta, _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)))
+    return float_or_array(_break_even(eta, _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)))
 
 
 def transfer_window_ms(C_ms, eta, Q, latency_ms):
@@ -162,8 +162,8 @@ def transfer_window_ms(C_ms, eta, Q, latency_ms):
     """
     check_inputs(C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms)
     with np.errstate(divide="ignore", invalid="ignore"):
-        window = _a(C_ms) * _saved_fraction(eta) / _a(Q) - _a(latency_ms)
-    return _out(np.where(_a(Q) > 0, window, math.inf))
+        window = as_float_array(C_ms) * _saved_fraction(eta) / as_float_array(Q) - as_float_array(latency_ms)
+    return float_or_array(np.where(as_float_array(Q) > 0, window, math.inf))
 
 
 def min_bandwidth_GBps(C_ms, eta, Q, latency_ms, volume_bytes):
@@ -173,7 +173,7 @@ def min_bandwidth_GBps(C_ms, eta, Q, latency_ms, volume_bytes):
     D ≤ 0: the startups alone use up the compute saved, or η ≤ 0.5.
     """
     check_inputs(C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes)
-    return _out(_min_bandwidth(C_ms, eta, Q, latency_ms, volume_bytes))
+    return float_or_array(_min_bandwidth(C_ms, eta, Q, latency_ms, volume_bytes))
 
 
 def min_eta(C_ms, Q, latency_ms, volume_bytes, bandwidth_GBps):
@@ -182,7 +182,7 @@ def min_eta(C_ms, Q, latency_ms, volume_bytes, bandwidth_GBps):
     math.inf ("never") when C ≤ H. A value above 1 is impossible, since η ≤ 1.
     """
     check_inputs(C_ms=C_ms, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    return _out(_min_eta(C_ms, _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)))
+    return float_or_array(_min_eta(C_ms, _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)))
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,7 @@ def _notes(C, eta, Q, latency, H, min_b, min_e, N: int = 2) -> dict:
 
     N = 2 is the article's wording; other N name the ring's (N−1)·ℓ startups and C/(Nη).
     """
-    C, eta, Q, latency, H, min_b, min_e = np.broadcast_arrays(*map(_a, (C, eta, Q, latency, H, min_b, min_e)))
+    C, eta, Q, latency, H, min_b, min_e = np.broadcast_arrays(*map(as_float_array, (C, eta, Q, latency, H, min_b, min_e)))
     total = C.size
     saved = 1.0 - 1.0 / (float(N) * eta)
     saving, startup = C * saved, Q * ((N - 1.0) * latency)
@@ -280,7 +280,7 @@ def evaluate(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps) -> Bu
     """The whole budget in one call; inputs may be numbers or arrays (broadcast together)."""
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
                  volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    S, C, eta_a = _a(S_ms), _a(C_ms), _a(eta)
+    S, C, eta_a = as_float_array(S_ms), as_float_array(C_ms), as_float_array(eta)
     H = _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)
     T1 = S + C
     T2 = S + C / (2 * eta_a) + H
@@ -294,7 +294,7 @@ def evaluate(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps) -> Bu
         "break_even_C_ms": _break_even(eta_a, H), "min_bandwidth_GBps": min_b, "min_eta": min_e,
         "overlap_bound_ms": S + np.maximum(C / (2 * eta_a), H),
     }
-    values = {k: _out(np.broadcast_to(v, shape)) if shape else _out(v) for k, v in values.items()}
+    values = {k: float_or_array(np.broadcast_to(v, shape)) if shape else float_or_array(v) for k, v in values.items()}
     return Budget(**values, notes=_notes(C, eta_a, Q, latency_ms, H, min_b, min_e))
 
 
@@ -331,7 +331,7 @@ def wire_dtype_name(wire_dtype) -> str:
 def wire_bytes(volume_bytes, wire_dtype="fp32"):
     """V_w = V · (bytes per value on the wire / 4): V counted in fp32, sent as `wire_dtype` (bf16 halves it)."""
     check_inputs(volume_bytes=volume_bytes)
-    return _out(_a(volume_bytes) * (WIRE_DTYPES[wire_dtype_name(wire_dtype)] / 4))
+    return float_or_array(as_float_array(volume_bytes) * (WIRE_DTYPES[wire_dtype_name(wire_dtype)] / 4))
 
 
 def check_devices(N) -> int:
@@ -354,32 +354,33 @@ def _n_inputs(N, wire_dtype) -> tuple[float, float]:
 
 def _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n: float, scale: float):
     factor = 2.0 * (n - 1.0) / n
-    return _a(Q) * ((n - 1.0) * _a(latency_ms) + factor * (_a(volume_bytes) * scale) / (_a(bandwidth_GBps) * 1e6))
+    return as_float_array(Q) * ((n - 1.0) * as_float_array(latency_ms) + factor * (as_float_array(volume_bytes) * scale) / (as_float_array(bandwidth_GBps) * 1e6))
 
 
-def _saved_n(eta, n: float):
-    return 1.0 - 1.0 / (n * _a(eta))
+def saved_fraction_n(eta, n: float):
+    """1 - 1/(N eta): the share of C that splitting over N devices saves (unchecked)."""
+    return 1.0 - 1.0 / (n * as_float_array(eta))
 
 
 def _break_even_n(eta, H, n: float):
-    frac = _saved_n(eta, n)
+    frac = saved_fraction_n(eta, n)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(frac > 0, _a(H) / np.where(frac > 0, frac, 1.0), math.inf)
+        return np.where(frac > 0, as_float_array(H) / np.where(frac > 0, frac, 1.0), math.inf)
 
 
 def _min_bandwidth_n(C_ms, eta, Q, latency_ms, volume_bytes, n: float, scale: float):
-    saving = _a(C_ms) * _saved_n(eta, n)
-    startup = _a(Q) * ((n - 1.0) * _a(latency_ms))
+    saving = as_float_array(C_ms) * saved_fraction_n(eta, n)
+    startup = as_float_array(Q) * ((n - 1.0) * as_float_array(latency_ms))
     possible = saving > startup
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        window = np.where(_a(Q) > 0, (saving - startup) / np.where(_a(Q) > 0, _a(Q), 1.0), math.inf)
-        sent = 2.0 * (n - 1.0) / n * (_a(volume_bytes) * scale)
-        need = np.where(_a(volume_bytes) > 0, sent / (window * 1e6), 0.0)
+        window = np.where(as_float_array(Q) > 0, (saving - startup) / np.where(as_float_array(Q) > 0, as_float_array(Q), 1.0), math.inf)
+        sent = 2.0 * (n - 1.0) / n * (as_float_array(volume_bytes) * scale)
+        need = np.where(as_float_array(volume_bytes) > 0, sent / (window * 1e6), 0.0)
     return np.where(possible, need, math.inf)
 
 
 def _min_eta_n(C_ms, H, n: float):
-    C, H = np.broadcast_arrays(_a(C_ms), _a(H))
+    C, H = np.broadcast_arrays(as_float_array(C_ms), as_float_array(H))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(C > H, C / (n * np.where(C > H, C - H, 1.0)), math.inf)
 
@@ -387,7 +388,7 @@ def _min_eta_n(C_ms, H, n: float):
 def comm_n_ms(Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32"):
     """H_N = Q·[(N−1)·ℓ + 2(N−1)/N · V_w/B] ms: Q ring all-reduces on N devices (= comm_ms at N = 2, fp32)."""
     check_inputs(Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    return _out(_comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, *_n_inputs(N, wire_dtype)))
+    return float_or_array(_comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, *_n_inputs(N, wire_dtype)))
 
 
 def t_n_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32"):
@@ -395,28 +396,28 @@ def t_n_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wi
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes,
                  bandwidth_GBps=bandwidth_GBps)
     n, scale = _n_inputs(N, wire_dtype)
-    return _out(_a(S_ms) + _a(C_ms) / (n * _a(eta)) + _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale))
+    return float_or_array(as_float_array(S_ms) + as_float_array(C_ms) / (n * as_float_array(eta)) + _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale))
 
 
 def break_even_C_n_ms(eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32"):
     """Divisible compute at which T_N == T1: H_N / (1 − 1/(Nη)) ms; math.inf ("never") when η ≤ 1/N."""
     check_inputs(eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
     n, scale = _n_inputs(N, wire_dtype)
-    return _out(_break_even_n(eta, _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale), n))
+    return float_or_array(_break_even_n(eta, _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale), n))
 
 
 def min_bandwidth_n_GBps(C_ms, eta, Q, latency_ms, volume_bytes, N=2, wire_dtype="fp32"):
     """Smallest B that makes N devices pay: 2(N−1)/N·V_w / (D_N·1e6) GB/s, with
     D_N = (C·(1 − 1/(Nη)) − Q(N−1)ℓ)/Q ms; math.inf ("never") when D_N ≤ 0."""
     check_inputs(C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes)
-    return _out(_min_bandwidth_n(C_ms, eta, Q, latency_ms, volume_bytes, *_n_inputs(N, wire_dtype)))
+    return float_or_array(_min_bandwidth_n(C_ms, eta, Q, latency_ms, volume_bytes, *_n_inputs(N, wire_dtype)))
 
 
 def min_eta_n(C_ms, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32"):
     """Smallest local efficiency that makes N devices pay: C / (N(C − H_N)); math.inf when C ≤ H_N."""
     check_inputs(C_ms=C_ms, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
     n, scale = _n_inputs(N, wire_dtype)
-    return _out(_min_eta_n(C_ms, _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale), n))
+    return float_or_array(_min_eta_n(C_ms, _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale), n))
 
 
 def evaluate_n(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32") -> Budget:
@@ -427,7 +428,7 @@ def evaluate_n(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
                  volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
     n, scale = _n_inputs(N, wire_dtype)
-    S, C, eta_a = _a(S_ms), _a(C_ms), _a(eta)
+    S, C, eta_a = as_float_array(S_ms), as_float_array(C_ms), as_float_array(eta)
     H = _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale)
     T1 = S + C
     TN = S + C / (n * eta_a) + H
@@ -441,13 +442,13 @@ def evaluate_n(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2
         "break_even_C_ms": _break_even_n(eta_a, H, n), "min_bandwidth_GBps": min_b, "min_eta": min_e,
         "overlap_bound_ms": S + np.maximum(C / (n * eta_a), H),
     }
-    values = {k: _out(np.broadcast_to(v, shape)) if shape else _out(v) for k, v in values.items()}
+    values = {k: float_or_array(np.broadcast_to(v, shape)) if shape else float_or_array(v) for k, v in values.items()}
     return Budget(**values, notes=_notes(C, eta_a, Q, latency_ms, H, min_b, min_e, int(n)))
 
 
-def devices_table(params: dict, world_sizes=(2, 4, 8), wire_dtypes=("fp32", "bf16")) -> "pd.DataFrame":
+def devices_table(params: dict, world_sizes=(2, 4, 8), wire_dtypes=("fp32", "bf16")) -> pd.DataFrame:
     """T_N, H_N, speedup, efficiency and break-even C for each N and wire dtype, the rest `params`."""
-    import pandas as pd
+
 
     rows = []
     for dtype in wire_dtypes:
@@ -457,137 +458,6 @@ def devices_table(params: dict, world_sizes=(2, 4, 8), wire_dtypes=("fp32", "bf1
                          "H_N (ms)": b.comm_ms, "T_N (ms)": b.t_two_ms, "speedup": b.speedup,
                          "efficiency": b.efficiency, "break-even C (ms)": b.break_even_C_ms})
     return pd.DataFrame(rows)
-
-
-# --- the break-even as a hardware ratio ---
-
-def hardware_ratio(compute_TFLOPs, bandwidth_GBps):
-    """R/B in FLOP per byte: compute rate (TFLOP/s, 1e12 FLOP/s) over link bandwidth (decimal GB/s)."""
-    check_range("compute_TFLOPs", compute_TFLOPs, low=0.0, low_open=True, unit="TFLOP/s")
-    check_inputs(bandwidth_GBps=bandwidth_GBps)
-    return _out(_a(compute_TFLOPs) * 1e12 / (_a(bandwidth_GBps) * 1e9))
-
-
-def critical_intensity(compute_TFLOPs, bandwidth_GBps, eta=0.8, N=2, Q=1):
-    """FLOP per byte on the wire above which splitting pays (startups left out), in FLOP/byte:
-
-        F/V_w > I* = Q · 2(N−1)/N / (1 − 1/(Nη)) · R/B
-
-    from C·(1 − 1/(Nη)) > Q·2(N−1)/N·V_w/B with C = F/R. math.inf ("never") when η ≤ 1/N.
-    """
-    check_inputs(eta=eta, Q=Q)
-    n = float(check_devices(N))
-    saved = _saved_n(eta, n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(saved > 0, _a(Q) * ring_factor(N) / np.where(saved > 0, saved, 1.0)
-                       * hardware_ratio(compute_TFLOPs, bandwidth_GBps), math.inf)
-    return _out(out)
-
-
-def critical_hidden(compute_TFLOPs, bandwidth_GBps, eta=0.8, N=2, Q=1, wire_dtype="bf16", ffn_ratio=4.0,
-                    batch_tokens=None, latency_ms=0.0):
-    """The hidden size above which splitting the lab's MLP block over N devices pays.
-
-    The block does F = 4·b·h·(r·h) FLOP (two linears, r = ffn/hidden) and all-reduces V = b·h
-    values, V_w = b·h·w bytes in the wire dtype, so F/V_w = 4·r·h/w and, startups left out,
-
-        h* = I* · w / (4r)          (the batch b cancels; I* from critical_intensity)
-
-    With `batch_tokens` b and a startup ℓ (ms), C(h)·(1 − 1/(Nη)) > Q((N−1)ℓ + 2(N−1)/N·b·h·w/B)
-    is a quadratic a·h² − c·h − d > 0, a = 4·b·r·s/R, c = Q·2(N−1)/N·b·w/B, d = Q(N−1)ℓ (R, B per
-    ms), and h* = (c + √(c² + 4ad)) / (2a). math.inf ("never") when η ≤ 1/N.
-    """
-    w = WIRE_DTYPES[wire_dtype_name(wire_dtype)]
-    check_range("ffn_ratio", ffn_ratio, low=0.0, low_open=True)
-    check_inputs(latency_ms=latency_ms)
-    intensity = critical_intensity(compute_TFLOPs, bandwidth_GBps, eta, N, Q)
-    if batch_tokens is None or not np.any(_a(latency_ms) > 0):
-        return _out(_a(intensity) * w / (4.0 * _a(ffn_ratio)))
-    check_range("batch_tokens", batch_tokens, low=0.0, low_open=True, unit="tokens")
-    n = float(check_devices(N))
-    saved = _saved_n(eta, n)
-    R, B = _a(compute_TFLOPs) * 1e9, _a(bandwidth_GBps) * 1e6  # FLOP per ms, bytes per ms
-    a = 4.0 * _a(batch_tokens) * _a(ffn_ratio) * saved / R
-    c = _a(Q) * ring_factor(N) * _a(batch_tokens) * w / B
-    d = _a(Q) * (n - 1.0) * _a(latency_ms)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        h = np.where(saved > 0, (c + np.sqrt(c * c + 4.0 * a * d)) / (2.0 * np.where(saved > 0, a, 1.0)), math.inf)
-    return _out(h)
-
-
-def check_critical_hidden(answer, *, compute_TFLOPs=312.0, bandwidth_GBps=24.0, eta=0.8, N=2, Q=1,
-                          wire_dtype="bf16", ffn_ratio=4.0) -> str:
-    """Exercise checker: the critical hidden size h* = I*·w/(4r) (startups left out); never raises."""
-    correct = critical_hidden(compute_TFLOPs, bandwidth_GBps, eta, N, Q, wire_dtype, ffn_ratio)
-    w = WIRE_DTYPES[wire_dtype_name(wire_dtype)]
-    intensity = critical_intensity(compute_TFLOPs, bandwidth_GBps, eta, N, Q)
-    mistakes = [(intensity, "that is I*, FLOP per byte; turn it into a hidden size: h* = I* x w / (4 r)."),
-                (hardware_ratio(compute_TFLOPs, bandwidth_GBps) * w / (4 * ffn_ratio),
-                 "you used R/B alone; divide by the saved share 1 - 1/(N eta) (and multiply by Q x 2(N-1)/N)."),
-                (correct * 4 / w, "check the wire dtype: V_w counts w bytes per value (2 for bf16, 4 for fp32)."),
-                (correct * 8, "check the units: GB/s is gigabytes; a link quoted in Gb/s carries 8 times fewer bytes."),
-                (correct / 8, "check the units: GB/s is gigabytes (8 bits each), not gigabits.")]
-    how = ("R/B = TFLOP/s x 1e12 / (GB/s x 1e9) FLOP per byte; I* = Q x 2(N-1)/N / (1 - 1/(N eta)) x R/B; "
-           "h* = I* x w / (4 r).")
-    if answer is None:
-        return f"Replace None with your critical hidden size (a number, e.g. 1024). Hint: {how}"
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
-        return f"Give the hidden size as a number (math.inf for never), not {answer!r}."
-    if math.isnan(value):
-        return f"NaN is not a hidden size; give a number (math.inf for never). {how}"
-
-    def close(a, b):
-        return (math.isinf(a) and math.isinf(b)) or (math.isfinite(a) and math.isfinite(b)
-                                                     and abs(a - b) <= 0.01 * max(abs(b), 1e-9))
-
-    if close(value, correct):
-        return (f"Right: h* = {correct:.5g} (I* = {intensity:.5g} FLOP per byte on the wire). Below it the "
-                "all-reduce costs more than the split saves.")
-    if math.isinf(correct):
-        return f"Not quite: with eta <= 1/N no size pays; the answer is never (math.inf). {how}"
-    if math.isinf(value) or value <= 0:
-        return f"Not yet: here a finite, positive hidden size is the answer. {how}"
-    for wrong, text in mistakes:
-        if close(value, wrong):
-            return f"Not yet: {text}"
-    return f"Not yet ({value:.5g}; off by {value / correct:.3g}x). {how}"
-
-
-# --- the article's worked cases ---
-
-def load_cases(path: str | Path = CASES_FILE) -> list[dict]:
-    """The worked cases of data/budget_cases.json: name, changes, inputs (all seven), printed figures."""
-    doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    return [{**case, "inputs": {**doc["base_case"], **case.get("changes", {})}} for case in doc["cases"]]
-
-
-def case_figures(**inputs) -> dict:
-    """Every figure the article prints for one case: the Budget fields plus the intermediate steps
-    (one transfer's V/B, the split compute C/(2η), the saved share 1 − 1/(2η), and D in seconds)."""
-    figures = evaluate(**inputs).as_dict()
-    figures.pop("notes")
-    figures["transfer_ms"] = comm_ms(1, 0.0, inputs["volume_bytes"], inputs["bandwidth_GBps"])
-    figures["parallel_compute_ms"] = t_two_ms(0.0, inputs["C_ms"], inputs["eta"], 0, 0.0, 0, 1.0)
-    figures["saved_fraction"] = saved_fraction(inputs["eta"])
-    figures["D_s"] = transfer_window_ms(inputs["C_ms"], inputs["eta"], inputs["Q"], inputs["latency_ms"]) / 1e3
-    return figures
-
-
-def cases_table(path: str | Path = CASES_FILE):
-    """The worked cases as a pandas DataFrame: what changed, T1, H, T2, speedup, break-even."""
-    import pandas as pd
-
-    rows = []
-    for case in load_cases(path):
-        b = evaluate(**case["inputs"])
-        rows.append({"case": case["name"],
-                     "change": ", ".join(f"{k}={v:g}" for k, v in case.get("changes", {}).items()) or "-",
-                     "T1 (ms)": b.t_one_ms, "H (ms)": b.comm_ms, "T2 (ms)": b.t_two_ms,
-                     "speedup": b.speedup, "break-even C (ms)": b.break_even_C_ms,
-                     "article prints": ", ".join(f"{k} {v}" for k, v in case["printed"].items())})
-    return pd.DataFrame(rows).set_index("case")
 
 
 # --- exercises ---
@@ -645,106 +515,3 @@ def check_min_bandwidth(answer_GBps, *, C_ms=12.0, eta=0.8, Q=4, latency_ms=0.03
                 (correct / 1e3, "check the units: bytes per ms / 1e6 gives GB/s.")]
     how = "D = C*(1 - 1/(2 eta))/Q - l (ms), then B = V / (D*1e6) GB/s; never if D <= 0."
     return _hint(answer_GBps, correct, mistakes, "GB/s", how)
-
-
-# --- the command line ---
-
-_FLAGS = {"S_ms": "--S-ms", "C_ms": "--C-ms", "eta": "--eta", "Q": "--Q", "latency_ms": "--latency-ms",
-          "volume_bytes": "--volume-bytes", "bandwidth_GBps": "--bandwidth-GBps"}
-_HELP = {"S_ms": "serial time that cannot be split (ms)", "C_ms": "divisible compute on one device (ms)",
-         "eta": "local efficiency of each half, in (0, 1]", "Q": "serialised communications",
-         "latency_ms": "startup cost of each communication (ms)",
-         "volume_bytes": "bytes on the critical path of each communication",
-         "bandwidth_GBps": "effective bandwidth (decimal GB/s)"}
-_LABELS = {"t_one_ms": ("one device, T1", "ms"), "t_two_ms": ("two devices, T2", "ms"),
-           "comm_ms": ("communication, H", "ms"), "speedup": ("speedup T1/T2", "x"),
-           "efficiency": ("two-device efficiency", ""), "break_even_C_ms": ("break-even C", "ms"),
-           "min_bandwidth_GBps": ("minimum bandwidth", "GB/s"), "min_eta": ("minimum eta", ""),
-           "overlap_bound_ms": ("overlap lower bound", "ms")}
-
-
-def _number(name: str, text) -> float:
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        raise LabInputError(f"{name}={text!r} is not a number ({_FLAGS[name]})") from None
-
-
-def _labels(N: int) -> dict:
-    if N == 2:
-        return _LABELS
-    return {**_LABELS, "t_two_ms": (f"{N} devices, T_N", "ms"), "speedup": ("speedup T1/T_N", "x"),
-            "efficiency": (f"{N}-device efficiency", "")}
-
-
-def format_table(params: dict, budget: Budget, N: int = 2, wire_dtype: str = "fp32") -> str:
-    """The readable report printed by `python -m labutils budget` (N devices and the wire dtype when not 2 / fp32)."""
-    shown = ", ".join(f"{name}={params[name]:.10g}" for name in PARAMETERS)
-    wire = wire_dtype_name(wire_dtype)
-    if N == 2 and wire == "fp32":
-        head = "Two-device time budget (a model, not a measurement)"
-    else:
-        head = (f"Time budget on N = {N} devices, a ring all-reduce per exchange, {wire} on the wire "
-                "(a model, not a measurement)")
-        shown += f", N={N}, wire_dtype={wire}"
-    lines = [head, f"inputs: {shown}", ""]
-    for name in RESULT_FIELDS:
-        label, unit = _labels(N)[name]
-        value = getattr(budget, name)
-        text = "never" if math.isinf(value) else f"{value:.6g} {unit}"
-        lines.append(f"  {label:<24} {text}".rstrip())
-    lines += ["", verdict(budget, N)]
-    lines += [f"note ({k}): {v}" for k, v in budget.notes.items()]
-    return "\n".join(lines)
-
-
-def _devices_arg(text) -> int:
-    if text is None:
-        return 2
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise LabInputError(f"N={text!r} is not a number (--N)") from None
-    try:
-        return check_devices(value)
-    except LabInputError:
-        raise LabInputError(f"N={text!r} is outside the allowed range: a whole number of devices >= 2 (--N)") from None
-
-
-def _cli(args) -> int:
-    from labutils.results import to_json
-
-    params = {name: _number(name, getattr(args, name)) if getattr(args, name) is not None else BASE_CASE[name]
-              for name in PARAMETERS}
-    N = _devices_arg(args.N)
-    wire = "fp32" if args.wire_dtype is None else args.wire_dtype
-    try:
-        wire = wire_dtype_name(wire)
-    except LabInputError as exc:
-        raise LabInputError(f"{exc} (--wire-dtype)") from None
-    try:
-        budget = evaluate_n(**params, N=N, wire_dtype=wire)
-    except LabInputError as exc:
-        name = str(exc).split("=", 1)[0]
-        raise LabInputError(f"{exc} ({_FLAGS[name]})" if name in _FLAGS else str(exc)) from None
-    print(to_json(budget.as_dict()) if args.json else format_table(params, budget, N, wire))
-    return 0
-
-
-def add_cli(sub) -> None:
-    """`python -m labutils budget [--S-ms ...] [--N 4] [--wire-dtype bf16] [--json]` (defaults: the article's base case)."""
-    parser = sub.add_parser("budget", help="the time budget: T1, T2 (or T_N), speedup, break-even",
-                            description="Evaluate the time budget of splitting work over two (or N) devices. "
-                                        "Defaults are the article's base case; a 'never' is printed as never "
-                                        "(null in JSON).")
-    for name, flag in _FLAGS.items():
-        parser.add_argument(flag, dest=name, metavar="X", default=None,
-                            help=f"{_HELP[name]} [base case: {BASE_CASE[name]:g}]")
-    parser.add_argument("--N", dest="N", metavar="N", default=None,
-                        help="devices sharing the work, each exchange a ring all-reduce: H = Q((N-1)l + "
-                             "2(N-1)/N V/B) [2: the article's model]")
-    parser.add_argument("--wire-dtype", dest="wire_dtype", metavar="D", default=None,
-                        help=f"dtype on the wire, one of {', '.join(WIRE_DTYPES)}; V is counted in fp32, "
-                             "bf16/fp16 halve it [fp32]")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    parser.set_defaults(func=_cli)

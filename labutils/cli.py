@@ -11,17 +11,17 @@ import argparse
 import importlib
 import sys
 
-from labutils.validate import LabInputError
+from labutils.inputs import LabInputError
 
 # Modules that contribute subcommands, in the order `--help` lists them.
 COMMAND_MODULES = [
     "labutils.machine",
     "labutils.topology",
-    "labutils.collectives",
+    "labutils.sweep",
     "labutils.nccl_tests",
     "labutils.doctor",
     "labutils.nccl_debug",
-    "labutils.budget",
+    "labutils.budget_cli",
     "labutils.tensor_parallel",
     "labutils.runner",
     "labutils.lab",

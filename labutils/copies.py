@@ -16,9 +16,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from labutils.inputs import check_int
+from labutils.pcie import pcie_band
 from labutils.timing import time_loop
+from labutils.topology import expected_figure, host_link, path_route
 from labutils.units import GBps
-from labutils.validate import check_int
 
 
 @dataclass(frozen=True)
@@ -143,8 +145,6 @@ def expected_bands(frame: pd.DataFrame, topo=None, facts=(), peers: pd.DataFrame
     peer-to-peer where `peers` says the GPUs can reach each other and through host memory where it
     says they cannot (NCCL's default when `peers` is None). Host copies cross no link: None.
     """
-    from labutils.pcie import pcie_band
-    from labutils.topology import expected_figure, host_link, path_route
 
     by_gpu = {f.index: f for f in facts or ()}
     links = lambda i: host_link(by_gpu.get(i), i, pcie_gen)  # noqa: E731

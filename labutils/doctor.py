@@ -38,14 +38,42 @@ import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+# The live readers are called through their modules, so tests can fake them there.
+from labutils import copies as live_copies
+from labutils import pcie as live_pcie
+from labutils import topology as live_readers
+from labutils.busbw import as_answer
+from labutils.fit import crossover_bytes, fit_alpha_beta
+from labutils.inputs import LabInputError, check_range
 from labutils.links import LinkFigure, link_figure
-from labutils.pcie import (GT_PER_LANE, WIDTHS, PciDevice, bridges_above, normalize_address, nvidia_gpus,
-                           pcie_band, read_lspci_file)
-from labutils.results import DATA_DIR, REPO_ROOT
-from labutils.topology import (DEFAULT_PCIE_GEN, PATHS, GpuFacts, Topology, classify, expected_figure,
-                               group_bottleneck, list_samples, read_topology_file, sample_pcie_gen)
+from labutils.nccl_tests import parse_nccl_tests
+from labutils.pcie import (
+    GT_PER_LANE,
+    WIDTHS,
+    PciDevice,
+    bridges_above,
+    normalize_address,
+    nvidia_gpus,
+    parse_lspci,
+    pcie_band,
+    read_lspci_file,
+)
+from labutils.results import DATA_DIR, REPO_ROOT, load_result, to_json
+from labutils.sweep import load_sweep
+from labutils.topology import (
+    DEFAULT_PCIE_GEN,
+    PATHS,
+    GpuFacts,
+    Topology,
+    classify,
+    expected_figure,
+    group_bottleneck,
+    list_samples,
+    pcie_gen_of,
+    read_topology_file,
+    sample_pcie_gen,
+)
 from labutils.units import format_size
-from labutils.validate import LabInputError, check_range
 
 DOCTOR_DIR = DATA_DIR / "doctor"
 CASES_FILE = DOCTOR_DIR / "cases.json"
@@ -215,7 +243,6 @@ def measurement_from_frame(frame, meta: dict | None = None, source: str = "sweep
                            transports: tuple[str, ...] = ()) -> Measurement:
     """The peak busbw of a sweep's all_reduce rows (out-of-place half of an nccl-tests log), with
     its size and the sweep's α-β fit (`fit.fit_alpha_beta`, `fit.crossover_bytes`)."""
-    from labutils.fit import crossover_bytes, fit_alpha_beta
 
     meta = meta or {}
     rows = frame
@@ -245,7 +272,6 @@ def measurement_from_frame(frame, meta: dict | None = None, source: str = "sweep
 
 def read_sweep(path) -> Measurement:
     """A saved sweep result (`results.save_result` JSON, or its CSV beside the JSON)."""
-    from labutils.results import load_result
 
     p = Path(path)
     if p.suffix == ".csv" and p.with_suffix(".json").is_file():
@@ -272,7 +298,6 @@ _TRANSPORT = re.compile(r"\bvia (P2P|SHM|NET)\b")
 def read_nccl_tests(path) -> Measurement:
     """An nccl-tests log or -J JSON (`nccl_tests.parse_nccl_tests`); NCCL INFO lines saying
     `via P2P/...`, `via SHM/...` or `via NET/...` give the transports used."""
-    from labutils.nccl_tests import parse_nccl_tests
 
     if not Path(path).is_file():
         raise LabInputError(f"nccl_tests={str(path)!r} does not exist (give an all_reduce_perf log or its -J JSON)")
@@ -988,7 +1013,6 @@ def check_planted_fault(gpu, ceiling_GBps=None, case: str = EXERCISE_CASE) -> st
     """Exercise checker: which GPU's link was planted downtrained in `case`, and what is now the
     most busbw (the band's high end, GB/s) a 2-GPU job between it and its nearest neighbour can
     reach? Answers with a hint; None, text and NaN get a sentence, never an exception."""
-    from labutils.collectives import as_answer
 
     t = _exercise_truth(case)
     facts, planted, n = t["facts"], t["planted"], len(t["facts"].gpus)
@@ -1050,16 +1074,14 @@ def _nvml_bus_ids(count: int) -> tuple[str | None, ...]:
 
 def live_facts() -> tuple[MachineFacts | None, str]:
     """NVML's facts, the peer-access matrix (torch) and bus ids of this machine, or (None, why not)."""
-    from labutils.topology import nvml_facts
 
-    gpus, why = nvml_facts()
+    gpus, why = live_readers.nvml_facts()
     if not gpus:
         return None, why
     p2p = None
     try:
-        from labutils.copies import peer_access_matrix
 
-        frame = peer_access_matrix()
+        frame = live_copies.peer_access_matrix()
         if frame is not None and len(frame) == len(gpus):
             p2p = tuple(tuple(bool(v) for v in row) for row in frame.to_numpy())
     except Exception:  # noqa: BLE001 - torch without CUDA: p2p unknown
@@ -1069,9 +1091,8 @@ def live_facts() -> tuple[MachineFacts | None, str]:
 
 def live_lspci() -> tuple[tuple[PciDevice, ...] | None, str]:
     """This machine's `lspci -vvv`, parsed, or (None, why not)."""
-    from labutils.pcie import parse_lspci, run_lspci
 
-    text, why = run_lspci()
+    text, why = live_pcie.run_lspci()
     if text is None:
         return None, why
     devices = parse_lspci(text, "lspci -vvv")
@@ -1083,7 +1104,6 @@ def live_lspci() -> tuple[tuple[PciDevice, ...] | None, str]:
 
 def newest_sweep(prefer_nccl: bool = True) -> Measurement | None:
     """The newest saved all_reduce sweep (an NCCL one first when `prefer_nccl`), or None."""
-    from labutils.collectives import load_sweep
 
     found = (load_sweep("all_reduce", backend="nccl") if prefer_nccl else None) or load_sweep("all_reduce")
     if found is None:
@@ -1116,9 +1136,8 @@ def run_doctor(busbw=None, sweep=None, nccl_tests=None, gpus=None, topo=None, fa
     if topo is not None:
         gen = sample_pcie_gen(Path(str(topo)).stem)
     else:
-        from labutils.topology import live_topology, pcie_gen_of
 
-        topology, why = live_topology()
+        topology, why = live_readers.live_topology()
         if topology is None:
             notes.append(f"no live topology ({why}); try a shipped case: `{case_command('cross_socket')}`")
         if machine is None and topology is not None:
@@ -1156,7 +1175,6 @@ def add_cli(subparsers) -> None:
 
 
 def _cli(args) -> int:
-    from labutils.results import to_json
 
     d = run_doctor(busbw=args.busbw, sweep=args.sweep, nccl_tests=args.nccl_tests, gpus=args.gpus, topo=args.topo,
                    facts=args.facts, lspci=args.lspci)

@@ -7,8 +7,8 @@ the second term is the article's T = 2(N-1)/N * bytes / busbw, with busbw in dec
 (1 GB/s = 1e3 bytes per microsecond). The fit weighs every size by its relative error, so the
 microsecond-scale small messages count as much as the millisecond-scale large ones.
 
-A fitted link is saved as a result of kind "link" (`save_link`) and loaded back by the
-time-budget sliders and the tensor- and data-parallel notebooks (`load_link`, `ensure_link`).
+A pure model (notebook 04): no launcher, no files. A fitted link is saved and read back by
+labutils.my_link; the sweep that measures it is labutils.sweep.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import socket
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
-from labutils.collectives import bus_factor
+from labutils.busbw import as_answer, bus_factor
+from labutils.inputs import LabInputError, check_range
 from labutils.units import format_size
-from labutils.validate import LabInputError, check_int, check_range
 
 # The source article's example: a 200 MB gradient (decimal MB) on a link with busbw ~22 GB/s.
 ARTICLE_GRADIENT_BYTES = 200e6
@@ -54,49 +54,39 @@ class LinkFit:
         """The fixed cost in milliseconds (what the time-budget model calls the latency)."""
         return self.alpha_us / 1e3
 
+    def budget_params(self) -> dict:
+        """The link in the time budget's names (labutils.budget): latency_ms = alpha_us / 1e3 and
+        bandwidth_GBps = busbw_GBps. The one translation; presets, notebooks 07 and 08 use it."""
+        return {"latency_ms": self.latency_ms, "bandwidth_GBps": self.busbw_GBps}
+
     @property
     def name(self) -> str:
         return f"my link: {self.backend}/{self.device}, {self.world_size} ranks"
 
 
-def allreduce_time_ms(size_bytes, world_size, busbw_GBps):
-    """The article's bandwidth term: T_ms = 2(N-1)/N * size_bytes / (busbw_GBps * 1e9) * 1e3.
+def allreduce_ms(size_bytes, world_size, busbw_GBps, alpha_us=0.0, buckets=1):
+    """All-reduce time of `size_bytes` sent in `buckets` pieces (one all-reduce each), in ms:
 
-    200e6 bytes at 22 GB/s: N=2 -> 9.1 ms, N=8 -> 15.9 ms. N=1 sends nothing (0 ms);
-    a busbw of zero answers math.inf ("never").
-    """
-    factor = bus_factor("all_reduce", world_size)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t_ms = factor * np.asarray(size_bytes, dtype=float) / (np.asarray(busbw_GBps, dtype=float) * 1e6)
-    t_ms = np.where(factor == 0, 0.0, t_ms)
-    return float(t_ms) if np.ndim(t_ms) == 0 else t_ms
+        buckets * alpha_us / 1e3 + 2(N-1)/N * size_bytes / (busbw_GBps * 1e6)
 
-
-def predict_comm_ms(size_bytes, world_size, busbw_GBps, alpha_us=0.0, buckets=1):
-    """All-reduce time of `size_bytes` sent in `buckets` pieces (one all-reduce each), ms:
-
-    buckets * alpha_us / 1e3 + 2(N-1)/N * size_bytes / (busbw_GBps * 1e6).
-    Zero for N = 1; infinite ("never") for a bandwidth of 0. Works on numpy arrays.
+    The second term is the article's T = 2(N-1)/N * bytes / busbw: 200e6 bytes at 22 GB/s take
+    9.1 ms on N=2, 15.9 ms on N=8. N=1 sends nothing (0 ms); a busbw of 0 answers math.inf
+    ("never"). The one all-reduce time of the lab: the fit's predictions, the data-parallel step
+    (labutils.ddp_model) and the dashboards all call it. Works on numpy arrays; LabInputError for
+    a negative size, bandwidth or alpha, or N < 1.
     """
     check_range("size_bytes", size_bytes, low=0, unit="bytes")
     check_range("busbw_GBps", busbw_GBps, low=0, unit="GB/s")
     check_range("world_size", world_size, low=1)
     check_range("alpha_us", alpha_us, low=0, unit="us")
     n = np.asarray(world_size, dtype=float)
-    wire = allreduce_time_ms(size_bytes, n, busbw_GBps)  # the article's T, inf for busbw 0
+    factor = bus_factor("all_reduce", n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wire = factor * np.asarray(size_bytes, dtype=float) / (np.asarray(busbw_GBps, dtype=float) * 1e6)
+    wire = np.where(factor == 0, 0.0, wire)
     comm = np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3 + wire
     comm = np.where(n > 1, comm, 0.0)
     return float(comm) if comm.ndim == 0 else comm
-
-
-def predict_allreduce_us(size_bytes, world_size: int, fit: LinkFit):
-    """alpha_us + 2(N-1)/N * size_bytes / (busbw_GBps * 1e3) microseconds (numpy-vectorised).
-
-    The link's alpha and busbw are used for any N (busbw is N-independent by construction);
-    N=1 is no communication at all and costs 0.
-    """
-    world_size = check_int("world_size", world_size, low=1)
-    return predict_comm_ms(size_bytes, world_size, fit.busbw_GBps, fit.alpha_us) * 1e3
 
 
 def latency_term_us(world_size, alpha_step_us: float, algorithm: str = "ring"):
@@ -125,7 +115,7 @@ def article_table(busbw_GBps: float = ARTICLE_BUSBW_GBps, size_bytes: float = AR
     n = np.asarray(world_sizes, dtype=float)
     return pd.DataFrame({"world_size": np.asarray(world_sizes, dtype=int),
                          "factor": bus_factor("all_reduce", n),
-                         "time_ms": allreduce_time_ms(size_bytes, n, busbw_GBps)})
+                         "time_ms": allreduce_ms(size_bytes, n, busbw_GBps)})
 
 
 # --- fitting ---------------------------------------------------------------------------------
@@ -294,65 +284,10 @@ def interpolate_time_us(frame: pd.DataFrame, size_bytes, column: str = "time_us"
     return CurvePrediction(want, out, beyond, int(s[0]), int(s[-1]))
 
 
-# --- the measured link as a result file --------------------------------------------------------
-
-def save_link(fit: LinkFit, name: str | None = None):
-    """Save `fit` as a result of kind "link" (the "my link" preset); returns the JSON path."""
-    from labutils.results import save_result
-
-    meta = {"name": name or fit.name, "latency_ms": fit.latency_ms, "bandwidth_GBps": fit.busbw_GBps,
-            **asdict(fit)}
-    meta["source"] = fit.source or f"measured on {socket.gethostname().split('.')[0]} {_dt.date.today()}"
-    return save_result("link", None, meta)
-
-
-def _from_meta(meta: dict) -> LinkFit:
-    fields = {k: meta[k] for k in LinkFit.__dataclass_fields__ if k in meta}
-    for key in ("heldout_median_error", "heldout_max_error"):
-        if fields.get(key) is None:
-            fields[key] = math.nan
-    if fields.get("busbw_GBps") is None:  # infinity is stored as null in JSON
-        fields["busbw_GBps"] = math.inf
-    return LinkFit(**fields)
-
-
-def load_link(world_size: int | None = None, backend: str | None = None, device: str | None = None) -> LinkFit | None:
-    """The newest saved link (optionally only one matching world size, backend, device), or None."""
-    from labutils.results import list_results, load_result
-
-    for path in reversed(list_results("link")):
-        meta = load_result(path)[0].get("meta", {})
-        wanted = {"world_size": world_size, "backend": backend, "device": device}
-        if all(v is None or meta.get(k) == v for k, v in wanted.items()):
-            return _from_meta(meta)
-    return None
-
-
-def ensure_link(nproc: int = 2, backend: str = "auto", device: str = "auto", quick: bool = True) -> LinkFit:
-    """The newest saved link for this backend, device and `nproc`; else measure, fit, save it.
-
-    Measuring runs an all_reduce sweep (1 KiB..4 MiB quick, ..64 MiB otherwise) on `nproc`
-    local ranks, which takes seconds on a CPU and less on GPUs.
-    """
-    from labutils.collectives import run_sweep
-    from labutils.launch import resolve_backend
-
-    choice = resolve_backend(backend, device, nproc)
-    found = load_link(nproc, choice.backend, choice.device)
-    if found is not None:
-        return found
-    result = run_sweep(nproc=nproc, backend=choice.backend, device=choice.device, min_bytes="1K",
-                       max_bytes="4M" if quick else "64M", budget_ms=30 if quick else 100, progress=False)
-    fit = fit_alpha_beta(result.frame)
-    save_link(fit)
-    return fit
-
 
 def check_allreduce_prediction(answer_ms: float, size_bytes: float, world_size: int, busbw_GBps: float) -> str:
     """Exercise checker: the bandwidth-only all-reduce time 2(N-1)/N * bytes / busbw, in ms."""
-    from labutils.collectives import as_answer
-
-    expected = allreduce_time_ms(size_bytes, world_size, busbw_GBps)
+    expected = allreduce_ms(size_bytes, world_size, busbw_GBps)
     answer, hint = as_answer(answer_ms, "milliseconds")
     if answer is None:
         return hint

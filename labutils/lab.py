@@ -31,8 +31,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from labutils.inputs import LabInputError, check_int
 from labutils.runner import NOTEBOOK_DIR
-from labutils.validate import LabInputError, check_int
 
 DEFAULT_IP = "127.0.0.1"
 DEFAULT_PORT = 8888

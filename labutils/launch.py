@@ -19,11 +19,12 @@ import signal
 import socket
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
+from labutils.inputs import LabInputError, check_choice, check_int
 from labutils.placement import machine_placement, pin_rank, set_rank_threads
-from labutils.validate import LabInputError, check_choice, check_int
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
@@ -205,7 +206,6 @@ def _child(rank, nproc, port, backend, device, placement, deadline_unix, worker,
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides; Ctrl-C reaches it first
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(nproc))
-    import torch
     import torch.distributed as dist
 
     try:
@@ -285,7 +285,7 @@ def launch(worker: Callable, nproc: int, *, args: tuple = (), kwargs: dict | Non
                 died = [r for r, p in enumerate(procs) if r not in results and p.exitcode not in (None, 0)]
                 if died or time.monotonic() > deadline:
                     _collect_errors(out_q, errors, results, on_report, wait_s=0.5)
-                    raise _blame(procs, results, errors, timeout_s)
+                    raise _blame(procs, results, errors, timeout_s) from None
                 continue
             if kind == "report":
                 if on_report is not None:

@@ -8,7 +8,7 @@ of one kind, else "<low kind> to <high kind>" (e.g. "reported busbw to specifica
 groups rows by the kind of path: PCIe (a GPU's own link), PIX, PXB, PHB, NODE and SYS (the codes
 of `nvidia-smi topo -m` between two GPUs), HOST (two GPUs without peer access: through host
 memory), NV (NVLink), NET (network), gloo (CPU-staged). Rows stated for PCIe 5.0 x16 are carried
-over to other generations and widths by `scale_to_pcie`.
+over to other generations and widths by `pcie.scale_to_pcie`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from functools import lru_cache
 
 import pandas as pd
 
+from labutils.inputs import check_choice, check_int
 from labutils.results import DATA_DIR
 
 LINK_TABLE = DATA_DIR / "link_table.csv"
@@ -80,26 +81,9 @@ def link_figure(name: str) -> LinkFigure:
 
 def pcie_figure(gen: int) -> LinkFigure:
     """The PCIe x16 row of generation `gen` (3, 4 or 5). Any generation and width: `pcie.pcie_band`."""
-    from labutils.validate import check_choice
 
     check_choice("pcie_gen", gen, (3, 4, 5))
     return link_figure(f"PCIe {gen}.0 x16")
-
-
-def scale_to_pcie(fig: LinkFigure, gen: int, width: int = 16) -> LinkFigure:
-    """A row stated for PCIe 5.0 x16 carried over to PCIe `gen` x`width`: its low figure scales as
-    the PCIe bands' low (typical) figures do, its high as their high (specification) figures
-    (`pcie.pcie_band`, any generation 1-6 and width)."""
-    from labutils.pcie import pcie_band
-
-    if (gen, width) == (5, 16):
-        return fig
-    five, this = pcie_band(5, 16), pcie_band(gen, width)
-    name = fig.name.replace("PCIe 5.0 x16", f"PCIe {gen}.0 x{width}")
-    return LinkFigure(name, fig.path_class, round(fig.low_GBps * this.low_GBps / five.low_GBps, 3),
-                      round(fig.high_GBps * this.high_GBps / five.high_GBps, 3), fig.kind,
-                      f"{fig.source}; scaled from PCIe 5.0 x16 to PCIe {gen}.0 x{width} as the PCIe bands scale",
-                      fig.low_kind)
 
 
 def nvlink_figure(links: int) -> LinkFigure:
@@ -109,7 +93,6 @@ def nvlink_figure(links: int) -> LinkFigure:
     count is `links` times the per-link rows: low = links x the slowest per-link low, high =
     links x the fastest per-link high, because topo -m does not say which NVLink generation it is.
     """
-    from labutils.validate import check_int
 
     links = check_int("links", links, low=1)
     table = _table()

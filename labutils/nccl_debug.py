@@ -35,8 +35,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from labutils.results import DATA_DIR
-from labutils.validate import LabInputError
+from labutils.inputs import LabInputError
+from labutils.results import DATA_DIR, to_json
 
 SAMPLES_DIR = DATA_DIR / "nccl_debug"
 
@@ -140,8 +140,7 @@ def transport_meaning(transport: str) -> str:
 
 def _matches(text: str):
     for line in text.splitlines():
-        for m in _CONNECTION.finditer(line):
-            yield m
+        yield from _CONNECTION.finditer(line)
 
 
 def ring_orders(text) -> dict[int, tuple[int, ...]]:
@@ -353,7 +352,6 @@ def format_rows(rows: list[Connection]) -> str:
 
 
 def _cli(args) -> int:
-    from labutils.results import to_json
 
     rows = read_connections(args.log)
     print(to_json([r.as_dict() for r in rows]) if args.json else format_rows(rows))

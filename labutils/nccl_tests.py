@@ -11,7 +11,7 @@ Reading takes two inputs:
 - the JSON written with `-J FILE` (nccl-tests 2.16+): `results[*].out_of_place/in_place`.
 
 Every row read becomes two rows, `in_place` False (out-of-place half) and True (in-place half).
-Writing (`format_table`, `emit`) prints the sweep's rows in the same columns, so the reader reads it back.
+The sweep's rows are printed in the same columns by labutils.nccl_table, so this reader reads them back.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from labutils.collectives import COLUMNS, DTYPE_ALIASES, DTYPES, OPS, bus_factor
-from labutils.validate import LabInputError
+from labutils.busbw import COLUMNS, DTYPE_ALIASES, DTYPES, OPS, bus_factor
+from labutils.inputs import LabInputError
+from labutils.nccl_table import print_rows
 
 _PREFIX = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
 _NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
@@ -42,7 +43,6 @@ _TYPES = set(DTYPES) | set(DTYPE_ALIASES) | {"float", "half", "double", "int32",
                                              "int8", "uint8", "bfloat16", "f8e4m3", "f8e5m2"}
 _REDOPS = {"sum", "prod", "max", "min", "avg", "mulsum", "none", "all"}
 _TIME_NAMES = {"time", "cputime"}
-_WRONG_NAMES = {"#wrong", "error", "wrong"}
 
 
 @dataclass(frozen=True)
@@ -299,64 +299,6 @@ def compare_with_sweep(log_frame: pd.DataFrame, sweep_frame: pd.DataFrame) -> pd
     return both
 
 
-# --- writing the nccl-tests table --------------------------------------------------------------------------
-
-def _num(value: float, width: int) -> str:
-    """nccl-tests' number style: 2 decimals while they fit, then 1, 0, then exponent."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return f"{'N/A':>{width}}"
-    for text in (f"{value:.2f}", f"{value:.1f}", f"{value:.0f}"):
-        if len(text) <= width:
-            return f"{text:>{width}}"
-    return f"{value:>{width}.1e}"
-
-
-def format_table(frame: pd.DataFrame, meta: dict | None = None) -> str:
-    """The sweep as nccl-tests prints it: size, count, type, redop, root, time, algbw, busbw, #wrong,
-    then the "Out of bounds values" and "Avg bus bandwidth" lines."""
-    meta = meta or {}
-    lines = []
-    if meta.get("budget_ms") is not None:
-        lines.append(f"# labutils sweep: {meta.get('backend')} on {meta.get('device')}, {meta.get('world_size')} "
-                     f"rank(s), warm-up {meta.get('warmup')}, ~{meta.get('budget_ms')} ms timed per size")
-    if meta.get("backend_reason"):
-        lines.append(f"# backend: {meta['backend_reason']}")
-    lines.append("#")
-    lines.append(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  "
-                 f"{'algbw':>6}  {'busbw':>6}  {'#wrong':>6}")
-    lines.append(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  "
-                 f"{'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}")
-    several_ops = frame["op"].nunique() > 1 if len(frame) else False
-    op = None
-    for r in frame.to_dict("records"):
-        if several_ops and r["op"] != op:
-            op = r["op"]
-            lines.append(f"# --- {op}")
-        dtype = DTYPES.get(r["dtype"], (r["dtype"], 0))[0]
-        wrong = "N/A" if r["wrong"] is None or (isinstance(r["wrong"], float) and math.isnan(r["wrong"])) \
-            else f"{int(r['wrong'])}"
-        lines.append(f"{int(r['size_bytes']):>12}  {int(r['count']):>12}  {dtype:>8}  {r['redop']:>6}  "
-                     f"{int(r['root']):>6}  {_num(r['time_us'], 7)}  {_num(r['algbw_GBps'], 6)}  "
-                     f"{_num(r['busbw_GBps'], 6)}  {wrong:>6}")
-    bad = int((frame["wrong"].fillna(0) > 0).sum()) if len(frame) else 0
-    lines.append(f"# {'Out of bounds values':<20} : {bad} {'FAILED' if bad else 'OK'}")
-    avg = float(frame["busbw_GBps"].mean()) if len(frame) else math.nan
-    lines.append(f"# {'Avg bus bandwidth':<20} : {avg:g}")
-    lines.append("#")
-    return "\n".join(lines)
-
-
-def emit(frame: pd.DataFrame, meta: dict | None, as_json: bool, as_csv: bool) -> None:
-    """Print rows as JSON records, CSV, or the nccl-tests table (shared by sweep and parse-nccl-tests)."""
-    if as_json:
-        from labutils.results import to_json
-
-        print(to_json(frame.to_dict("records")))
-    elif as_csv:
-        print(frame.to_csv(index=False), end="")
-    else:
-        print(format_table(frame, meta))
-
 
 # --- command line ------------------------------------------------------------------------------------
 
@@ -377,5 +319,5 @@ def _cli_parse(args) -> int:
     meta = {"backend": "nccl", "device": "cuda", "world_size": log.meta.get("world_size"),
             "backend_reason": f"parsed from {log.meta['file']} ({log.meta.get('program') or 'nccl-tests'})"}
     frame = log.frame if (args.json or args.csv) else log.frame[~log.frame["in_place"]]
-    emit(frame, None if (args.json or args.csv) else meta, args.json, args.csv)
+    print_rows(frame, None if (args.json or args.csv) else meta, args.json, args.csv)
     return 0

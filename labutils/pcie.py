@@ -25,8 +25,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from labutils.inputs import LabInputError, check_choice
 from labutils.links import LinkFigure, pcie_figure, range_kind
-from labutils.validate import LabInputError, check_choice
 
 GT_PER_LANE = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 ENCODING = {1: 8 / 10, 2: 8 / 10, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
@@ -226,3 +226,17 @@ def run_lspci(timeout_s: float = 15.0) -> tuple[str | None, str]:
     if done.returncode != 0 or not done.stdout.strip():
         return None, f"lspci -vvv failed ({done.returncode}): {(done.stderr or '').strip()[:200]}"
     return done.stdout, ""
+
+
+def scale_to_pcie(fig: LinkFigure, gen: int, width: int = 16) -> LinkFigure:
+    """A row stated for PCIe 5.0 x16 carried over to PCIe `gen` x`width`: its low figure scales as
+    the PCIe bands' low (typical) figures do, its high as their high (specification) figures
+    (`pcie_band`, any generation 1-6 and width)."""
+    if (gen, width) == (5, 16):
+        return fig
+    five, this = pcie_band(5, 16), pcie_band(gen, width)
+    name = fig.name.replace("PCIe 5.0 x16", f"PCIe {gen}.0 x{width}")
+    return LinkFigure(name, fig.path_class, round(fig.low_GBps * this.low_GBps / five.low_GBps, 3),
+                      round(fig.high_GBps * this.high_GBps / five.high_GBps, 3), fig.kind,
+                      f"{fig.source}; scaled from PCIe 5.0 x16 to PCIe {gen}.0 x{width} as the PCIe bands scale",
+                      fig.low_kind)

@@ -1,7 +1,7 @@
 """Where each rank runs on the CPU: a set of cores of its own, and one torch thread per core.
 
 `plan_placement(layout, nranks)` is a pure function of the machine's layout (its logical CPUs,
-their physical cores and NUMA nodes: `labutils.machine.cpu_layout`) and the number of local
+their physical cores and NUMA nodes: `labutils.cpus.cpu_layout`) and the number of local
 ranks; the launcher applies the plan in every rank (`set_rank_threads`, then `pin_rank` once the
 process group is up). The rules, in order:
 
@@ -60,7 +60,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from labutils.validate import LabInputError, check_int
+from labutils.cpus import cpu_layout, format_cpulist
+from labutils.inputs import LabInputError, check_int
 
 MAX_THREADS_PER_RANK = 8
 RESERVE_CORES = 1
@@ -131,7 +132,6 @@ def plan_placement(layout, nranks: int, threads_per_rank: int | None = None, res
     threads_per_rank: None = planned (capped at `max_threads`); a number = asked for.
     reserve_cores: cores kept for no rank; None = 1 from 8 usable cores up, else 0.
     """
-    from labutils.machine import format_cpulist
 
     nranks = check_int("nranks", nranks, low=1)
     max_threads = check_int("max_threads", max_threads, low=1)
@@ -198,7 +198,6 @@ def machine_placement(nranks: int, threads_per_rank: int | None = None, layout=N
     """`plan_placement` for this machine (`cpu_layout()`, this process's CPUs), with the
     environment's settings: LAB_PIN_CPU=0 turns pinning off, LAB_THREADS_PER_RANK=N replaces
     the planned thread count when `threads_per_rank` is None."""
-    from labutils.machine import cpu_layout
 
     if threads_per_rank is None:
         threads_per_rank = _env_threads()

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import matplotlib
 
+from labutils.budget import evaluate, evaluate_n
+from labutils.ddp_model import predicted_efficiency
+from labutils.topology import PATHS
 from labutils.units import format_size
 
 # Colour-blind-safe palette (Okabe-Ito) that keeps contrast on white and on dark backgrounds.
@@ -121,8 +124,6 @@ def update_budget_curves(art: dict, params: dict, budget=None, grid_points: int 
 
     import numpy as np
 
-    from labutils.budget import evaluate_n
-
     here = budget if budget is not None else evaluate_n(**params)
     ax, C, S = art["t1"].axes, params["C_ms"], params["S_ms"]
     even = here.break_even_C_ms
@@ -163,8 +164,6 @@ def plot_serial_dilution(params: dict, S_values_ms):
     """Speedup against the serial time S (log axis), the rest fixed: S shrinks the benefit."""
     import numpy as np
 
-    from labutils.budget import evaluate
-
     S = np.asarray(S_values_ms, dtype=float)
     fig, ax = new_figure()
     ax.plot(S, evaluate(**{**params, "S_ms": S}).speedup, lw=2, label=f"C = {params['C_ms']:g} ms")
@@ -184,8 +183,6 @@ def plot_serial_dilution(params: dict, S_values_ms):
 def plot_overlap_bound(params: dict, C_max_ms: float | None = None):
     """T1, T2 and the perfect-overlap lower bound S + max(C/(2η), H) against C."""
     import numpy as np
-
-    from labutils.budget import evaluate
 
     C = np.linspace(0.0, C_max_ms or 2.0 * params["C_ms"], 200)
     b = evaluate(**{**params, "C_ms": C})
@@ -210,8 +207,6 @@ def plot_thresholds(params: dict, links: dict | None = None, C_max_ms: float | N
     Where the answer is "never" (math.inf) the curve has no point and the region is shaded.
     """
     import numpy as np
-
-    from labutils.budget import evaluate
 
     C = np.linspace(0.05, C_max_ms or 4.0 * params["C_ms"], 300)
     b = evaluate(**{**params, "C_ms": C})
@@ -247,8 +242,6 @@ def topology_heatmap(topo, ax=None, title: str | None = None):
     import numpy as np
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
-
-    from labutils.topology import PATHS
 
     order = ["SYS", "NODE", "PHB", "PXB", "PIX", "NV#"]  # slowest to fastest
     colours = ["#D55E00", "#E69F00", "#F0E442", "#56B4E9", "#0072B2", "#009E73"]
@@ -392,7 +385,6 @@ def ddp_efficiency_curves(ax, params: dict, world_sizes=(2, 4, 8), points: int =
 
 def update_ddp_efficiency_curves(art: dict, params: dict) -> None:
     """Move the curves and the marker of `ddp_efficiency_curves` to new inputs (same artists)."""
-    from labutils.data_parallel import predicted_efficiency
 
     keys = ("busbw_GBps", "compute_ms", "alpha_us", "buckets", "hideable", "scaling")
     for n, line in art["lines"].items():

@@ -14,6 +14,7 @@ import math
 import os
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -96,7 +97,7 @@ def to_json(obj) -> str:
 
 
 def utc_stamp(now: _dt.datetime | None = None) -> str:
-    now = now or _dt.datetime.now(_dt.timezone.utc)
+    now = now or _dt.datetime.now(_dt.UTC)
     return now.strftime("%Y%m%dT%H%M%SZ")
 
 
@@ -108,7 +109,7 @@ def save_result(kind: str, frame: pd.DataFrame | None, meta: dict, directory: st
     directory = Path(directory) if directory else results_dir()
     directory.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname().split(".")[0] or "host"
-    created = _dt.datetime.now(_dt.timezone.utc)
+    created = _dt.datetime.now(_dt.UTC)
     base = _reserve(directory, f"{kind}-{host}-{utc_stamp(created)}", (".json", ".csv"))
     record = {"kind": kind, "created_utc": created.isoformat(timespec="microseconds"), "meta": meta, "csv": None}
     if frame is not None:
@@ -141,10 +142,16 @@ def list_results(kind: str | None = None, directory: str | os.PathLike | None = 
     return [p for _, _, p in sorted(found)]
 
 
-def latest_result(kind: str, directory: str | os.PathLike | None = None) -> tuple[dict, pd.DataFrame | None] | None:
-    """The newest result of `kind`, or None when there is none yet."""
-    paths = list_results(kind, directory)
-    return load_result(paths[-1]) if paths else None
+def latest_result(kind: str, directory: str | os.PathLike | None = None,
+                  match: Callable[[dict, pd.DataFrame | None], bool] | None = None
+                  ) -> tuple[dict, pd.DataFrame | None] | None:
+    """The newest result of `kind` (the newest for which `match(record, frame)` is true, when
+    given), or None when there is none yet."""
+    for path in reversed(list_results(kind, directory)):
+        record, frame = load_result(path)
+        if match is None or match(record, frame):
+            return record, frame
+    return None
 
 
 def record_figure(key: str, value, unit: str = "", label: str = "") -> None:

@@ -32,7 +32,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from labutils.validate import LabInputError, check_choice, check_int, check_range
+from labutils.buffers import expected, fill
+from labutils.busbw import bandwidths_GBps, bus_factor, canonical_dtype, element_bytes, layout
+from labutils.fit import latency_term_us
+from labutils.harness import agree_iters, warmup_iters
+from labutils.inputs import LabInputError, check_choice, check_int, check_range
+from labutils.launch import default_threads, launch
+from labutils.plots import PALETTE, new_figure
+from labutils.timing import across_ranks, time_loop
 
 PHASES = ("reduce-scatter", "all-gather")
 
@@ -130,7 +137,7 @@ class RingRun:
         rows, before = [], self.inputs
         for step in self.steps:
             for t in step.transfers:
-                shown = (lambda values: " ".join(map(str, _chunk(values, self.bounds, t.chunk).tolist())))
+                shown = (lambda values: " ".join(map(str, _chunk(values, self.bounds, t.chunk).tolist())))  # noqa: B023 - called at once, in this iteration
                 rows.append({"step": step.number, "phase": step.phase, "from rank": t.src, "to rank": t.dst,
                              "chunk": t.chunk, "sent": shown(before[t.src]),
                              "receiver's chunk after": shown(step.values[t.dst])})
@@ -240,7 +247,6 @@ def ring_bytes_per_rank(size_bytes, world_size):
     (N−1 chunks in reduce-scatter, N−1 in all-gather). It is nccl-tests' all_reduce bus factor
     times the size, which is why busbw = algbw · 2(N−1)/N is the rate each rank's link ran at.
     """
-    from labutils.collectives import bus_factor
 
     check_range("size_bytes", size_bytes, low=0, unit="bytes")
     out = bus_factor("all_reduce", world_size) * np.asarray(size_bytes, dtype=float)
@@ -354,7 +360,6 @@ def ring_vs_tree_table(world_sizes=(2, 4, 8, 16, 32, 64, 128), size_bytes: float
                        alpha_step_us: float = 5.0, link_GBps: float = 22.0) -> pd.DataFrame:
     """Per N: steps each way, latency terms (µs), busiest rank's bytes / size, and model time (µs)
     for ring, plain tree and double tree."""
-    from labutils.fit import latency_term_us
 
     rows = []
     for n in world_sizes:
@@ -382,8 +387,6 @@ def draw_ring_step(ax, run: RingRun, number: int) -> None:
     its right neighbour's (the last rank's message wraps round to rank 0, drawn at the edges).
     """
     from matplotlib.patches import Rectangle
-
-    from labutils.plots import PALETTE
 
     n = run.world_size
     step = run.steps[number - 1] if number > 0 else None
@@ -433,7 +436,6 @@ def draw_ring_step(ax, run: RingRun, number: int) -> None:
 
 def draw_ring(run: RingRun, columns: int | None = None):
     """One panel per step of `run` (the inputs first), as one matplotlib figure; returns it."""
-    from labutils.plots import new_figure
 
     panels = len(run.steps) + 1
     cols = columns or min(4, panels)
@@ -496,8 +498,6 @@ def _compare_with_all_reduce(count: int, dtype: str, ctx) -> int:
     import torch
     import torch.distributed as dist
 
-    from labutils.collectives import expected, fill, layout
-
     mine = fill(ctx.rank, count, dtype, ctx.device)
     theirs = mine.clone()
     hand_ring_all_reduce(mine)
@@ -513,16 +513,13 @@ def ring_worker(ctx, sizes, dtype: str = "float32", budget_ms: float = 40.0, war
                 rounds: int = 3, time_it: bool = True) -> list[dict]:
     """Run in every rank: per size, check the hand ring against dist.all_reduce, then time both.
 
-    Timing: warm-up calls, a probe from which rank 0 picks the iteration count (collectives.
+    Timing: warm-up calls, a probe from which rank 0 picks the iteration count (harness.
     agree_iters, broadcast), then `rounds` rounds alternating which of the two goes first, each a
     timed loop between synchronised clocks (timing.time_loop); each keeps its median round and
     the mean over ranks (timing.across_ranks). Returns the same rows on every rank.
     """
     import torch
     import torch.distributed as dist
-
-    from labutils.collectives import agree_iters, element_bytes, warmup_iters
-    from labutils.timing import across_ranks, time_loop
 
     rows = []
     for size in sizes:
@@ -532,7 +529,7 @@ def ring_worker(ctx, sizes, dtype: str = "float32", budget_ms: float = 40.0, war
                "backend": ctx.backend, "wrong": wrong}
         if time_it:
             buf = torch.zeros(count, dtype=getattr(torch, dtype), device=ctx.device)
-            calls = {"hand_ring": lambda: hand_ring_all_reduce(buf), "all_reduce": lambda: dist.all_reduce(buf)}
+            calls = {"hand_ring": lambda: hand_ring_all_reduce(buf), "all_reduce": lambda: dist.all_reduce(buf)}  # noqa: B023
             for call in calls.values():
                 for _ in range(max(1, warmup_iters(row["size_bytes"], warmup))):
                     call()
@@ -560,8 +557,6 @@ def run_hand_ring(sizes=(4096, 262144, 4 << 20), nproc: int = 4, dtype: str = "f
     Columns: size_bytes, count, world_size, backend, wrong (must be 0), and when timed
     hand_ring_us, all_reduce_us, iters, ratio (hand / library), and each one's busbw in GB/s.
     """
-    from labutils.collectives import bandwidths_GBps, canonical_dtype
-    from labutils.launch import default_threads, launch
 
     nproc = check_int("nproc", nproc, low=2)
     dtype = canonical_dtype(dtype)

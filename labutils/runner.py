@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labutils.inputs import LabInputError
 from labutils.results import REPO_ROOT, to_json, write_atomic
-from labutils.validate import LabInputError
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 MAX_PLOTS_PER_NOTEBOOK = 4

@@ -9,7 +9,8 @@ Reading order:
 3. floating point: the same layer in float32 / bfloat16 / float16 with other summation orders,
    against a float64 reference, and the dtype-aware tolerance used to check a split;
 4. a step timer: serial + compute + communication = total, per rank;
-5. `python -m labutils tp-check`: the split block on N ranks, checked against the whole.
+5. `python -m labutils tp-check`: the split block on N ranks, checked against the whole (the
+   backward check, with f and g, is labutils.megatron).
 
 Timing the split on ranks and holding the two-device budget against it is labutils.validation.
 
@@ -24,8 +25,11 @@ from dataclasses import astuple, dataclass
 import numpy as np
 import pandas as pd
 
-from labutils.collectives import element_bytes, torch_dtype
-from labutils.validate import LabInputError, check_choice, check_int
+from labutils.buffers import torch_dtype
+from labutils.busbw import element_bytes
+from labutils.inputs import LabInputError, check_choice, check_int
+from labutils.launch import launch, resolve_backend
+from labutils.timing import SectionTimer
 
 # --- 1. the toy split (exact integers) ----------------------------------------------------------
 
@@ -161,7 +165,7 @@ def check_toy_contribution(answer, x=((-1, 2),)) -> str:
 
 # --- 2. the Megatron-style MLP block ----------------------------------------------------------------
 
-DTYPES = ("float64", "float32", "bfloat16", "float16")  # the layer's dtypes (names: labutils.collectives)
+DTYPES = ("float64", "float32", "bfloat16", "float16")  # the layer's dtypes (names: labutils.busbw)
 ACTIVATIONS = ("relu", "gelu")
 
 
@@ -188,10 +192,6 @@ class LayerSize:
     def output_bytes(self, dtype_name: str = "float32") -> int:
         """Bytes of the all-reduced output, batch x hidden elements: the budget's V."""
         return self.batch * self.hidden * element_bytes(dtype_name)
-
-    @property
-    def label(self) -> str:
-        return f"{self.batch}x{self.hidden}"
 
 
 def as_size(size) -> LayerSize:
@@ -382,7 +382,6 @@ def tp_check_worker(ctx, size=(8, 64), seed: int = 0, dtypes=("float32",), activ
     Every rank draws the same full weights from `seed`, keeps its slices, and also computes the
     whole block locally as the reference. `ok` = max_rel <= tolerance(dtype, K, N).
     """
-    from labutils.timing import SectionTimer
 
     size = as_size(size)
     rows = []
@@ -400,7 +399,6 @@ def tp_check_worker(ctx, size=(8, 64), seed: int = 0, dtypes=("float32",), activ
 def run_tp_check(nproc: int = 2, size=(8, 64), dtypes=("float32",), seed: int = 0, backend: str = "gloo",
                  device: str = "cpu", activation: str = "relu", timeout_s: float = 120.0) -> pd.DataFrame:
     """Launch `tp_check_worker` on `nproc` ranks; one row per (dtype, rank)."""
-    from labutils.launch import launch
 
     dtypes = (dtypes,) if isinstance(dtypes, str) else tuple(dtypes)
     split_columns(as_size(size).ffn, nproc, "nproc")  # refuse here, not in every rank
@@ -436,7 +434,6 @@ def timed_step(step, device: str = "cpu"):
     `step` times its parts with `timer.section(name)` for name in SECTIONS (a part may be absent).
     On CUDA the sections are CUDA events on the current stream, on the CPU perf_counter intervals.
     """
-    from labutils.timing import SectionTimer
 
     timer = SectionTimer(device)
     with timer.section("total"):
@@ -461,7 +458,6 @@ def median_times(samples: list[StepTimes]) -> dict:
 # --- 5. the command line ------------------------------------------------------------------------------
 
 def _cli(args) -> int:
-    from labutils.launch import resolve_backend
 
     dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
     for d in dtypes:
@@ -471,9 +467,17 @@ def _cli(args) -> int:
                          timeout_s=args.timeout_s)
     print(f"{args.nproc} ranks, {choice.backend} on {choice.device}: split MLP block {args.batch}x{args.hidden} "
           "against the whole block")
+    print("forward: the output")
     print(frame[["dtype", "rank", "max_abs", "max_rel", "tolerance", "ok"]].to_string(index=False))
-    print("PASS" if frame["ok"].all() else "FAIL: a split differs from the whole by more than its tolerance")
-    return 0 if frame["ok"].all() else 1
+    from labutils.megatron import backward_report, run_backward_check
+
+    grads = run_backward_check(args.nproc, (args.batch, args.hidden), dtypes, args.seed, choice.backend,
+                               choice.device, timeout_s=args.timeout_s)
+    print("backward (f and g): dL/dx and every weight's gradient, this rank's shard against the whole block's")
+    print(backward_report(grads))
+    ok = bool(frame["ok"].all() and grads["ok"].all())
+    print("PASS" if ok else "FAIL: a split differs from the whole by more than its tolerance")
+    return 0 if ok else 1
 
 
 def add_cli(sub) -> None:
@@ -481,7 +485,9 @@ def add_cli(sub) -> None:
     parser = sub.add_parser("tp-check", help="run the column/row-parallel MLP block on N ranks and check it",
                             description="Run the Megatron-style MLP block split over N local ranks (one "
                                         "all-reduce) and compare every rank's output with the whole block "
-                                        "within the dtype's tolerance. Exit status 1 when one differs.")
+                                        "within the dtype's tolerance; then forward and backward with "
+                                        "Megatron's f and g, comparing the input's and every weight's "
+                                        "gradient. Exit status 1 when one differs.")
     parser.add_argument("--nproc", type=int, default=2, help="ranks (must divide 4 * hidden) [2]")
     parser.add_argument("--batch", type=int, default=8, help="rows of the input [8]")
     parser.add_argument("--hidden", type=int, default=64, help="hidden width; the MLP is 4x wider [64]")

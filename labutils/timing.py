@@ -9,9 +9,11 @@ together. Warm-up is never timed: callers run it before `time_loop`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+
+from labutils.launch import barrier_kwargs
 
 
 def is_cuda(device: str) -> bool:
@@ -32,8 +34,6 @@ def barrier(device: str = "cpu") -> None:
     NCCL's barrier is told which GPU this rank uses (`launch.barrier_kwargs`); gloo needs nothing.
     """
     import torch.distributed as dist
-
-    from labutils.launch import barrier_kwargs
 
     synchronize(device)
     if dist.is_available() and dist.is_initialized():
@@ -135,9 +135,6 @@ class SectionTimer:
 
     def totals_ms(self) -> dict[str, float]:
         return {name: sum(v) for name, v in self.samples_ms().items()}
-
-    def reset(self) -> None:
-        self._pending.clear()
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from labutils.links import (LinkFigure, link_figure, link_figures, nvlink_figure, pcie_figure, range_kind,
-                             scale_to_pcie)
+from labutils.inputs import LabInputError, check_choice
+from labutils.links import LinkFigure, link_figure, link_figures, nvlink_figure, pcie_figure, range_kind
+from labutils.pcie import GT_PER_LANE, WIDTHS, pcie_band, scale_to_pcie
 from labutils.results import DATA_DIR
-from labutils.validate import LabInputError, check_choice
 
 SAMPLES_DIR = DATA_DIR / "topologies"
 DEFAULT_PCIE_GEN = 4
@@ -308,7 +308,7 @@ def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, p2p: bool | Non
     figure) when it does not (`path_route`). SYS: low = the source article's measured 22 GB/s on
     PCIe 5.0 x16 (22 of 63, carried to other links by the specification's ratio), high = a clean
     link's typical figure (~50 GB/s on PCIe 5.0 x16). Rows stated for PCIe 5.0 x16 are carried over
-    by `links.scale_to_pcie`; the figure's name says the route.
+    by `pcie.scale_to_pcie`; the figure's name says the route.
     """
     code = "SYS" if code == "SOC" else code
     if code.startswith("NV"):
@@ -317,7 +317,6 @@ def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, p2p: bool | Non
         raise LabInputError(f"code={code!r} is not a GPU-to-GPU link code (X excluded)")
     way = path_route(code, p2p)
     if code == "SYS":
-        from labutils.pcie import pcie_band
 
         row = link_figure("PCIe 5.0 x16 across sockets (SYS)")
         this = pcie_band(pcie_gen, width)
@@ -526,7 +525,6 @@ def host_link(facts: GpuFacts | None, gpu: int = 0, default_gen: int = DEFAULT_P
     current values are shown beside them: an idle link trains down (e.g. to gen 1) to save power
     and back up under load.
     """
-    from labutils.pcie import GT_PER_LANE, WIDTHS
 
     if facts is None:
         return HostLink(gpu, default_gen, 16, None, None,

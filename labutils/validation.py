@@ -6,7 +6,7 @@ Reading order:
    the machine hits them alike; `measure` launches it, `per_size` collapses the ranks;
 2. the budget's inputs from those timings: S and C from T1 (one rank, whole layer), eta from
    the split's compute on the slower rank, Q = 1 all-reduce of V = output bytes, latency and
-   bandwidth from the measured link (labutils.fit), never from the same timings;
+   bandwidth from the measured link (labutils.my_link), never from the same timings;
 3. predicted against measured: T2 per size (`validation_table`), the break-even size, overlap
    of chunked all-reduces with compute, two replicas against one split layer, the hand-in
    summary, and the exercise checker.
@@ -22,10 +22,28 @@ from dataclasses import astuple, dataclass
 import numpy as np
 import pandas as pd
 
-from labutils.tensor_parallel import (LayerSize, MLPWeights, as_size, dist_all_reduce, dist_world_size, median_times,
-                                      mlp_input, mlp_partial, mlp_weights, serial_tail, shard, split_columns,
-                                      timed_step, tp_block_step)
-from labutils.validate import LabInputError, check_choice, check_int
+from labutils import budget
+from labutils.harness import agree_iters
+from labutils.inputs import LabInputError, check_choice, check_int
+from labutils.launch import launch
+from labutils.progress import rank_progress
+from labutils.tensor_parallel import (
+    LayerSize,
+    MLPWeights,
+    as_size,
+    dist_all_reduce,
+    dist_world_size,
+    median_times,
+    mlp_input,
+    mlp_partial,
+    mlp_weights,
+    serial_tail,
+    shard,
+    split_columns,
+    timed_step,
+    tp_block_step,
+)
+from labutils.timing import barrier, line_up
 
 # --- 0. the sizes, a pure function of the route ------------------------------------------------------
 
@@ -98,7 +116,6 @@ def _once(ctx, mode: str, step):
     "whole" runs on rank 0 alone while the other ranks wait, idle, in the closing barrier.
     Modes that communicate start after one untimed step (timing.line_up).
     """
-    from labutils.timing import barrier, line_up
 
     communicates = mode in ("split", "overlap")
     line_up(ctx.device, (lambda: timed_step(step, ctx.device)) if communicates else None)
@@ -120,8 +137,6 @@ def _repeat(ctx, steps: dict, warmup: int, min_reps: int, max_reps: int, target_
     """
     import torch
     import torch.distributed as dist
-
-    from labutils.collectives import agree_iters
 
     warm = {v: [] for v in steps}
     for _ in range(warmup):
@@ -205,8 +220,6 @@ def measure(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str = "
     on both sides.
     quick: 2 warm-up rounds and about 300 ms of repetitions (5..100) per size; else 5 and 2 s (15..400).
     """
-    from labutils.launch import launch
-    from labutils.progress import rank_progress
 
     nproc = check_int("nproc", nproc, low=1)
     for s in sizes:
@@ -269,13 +282,14 @@ def estimate_inputs(t1, t2, link, volume_bytes: float, Q: int = 1) -> BudgetInpu
 
     S = t1 serial, C = t1 compute, eta = C / (2 * C_rank) capped at 1, where C_rank is t2's
     `compute_slowest_ms` (or `compute_ms` when absent); latency and bandwidth
-    from `link` (a fit.LinkFit: latency_ms, busbw_GBps). For 2 ranks the ring factor 2(N-1)/N
+    from `link` (a fit.LinkFit, translated by its `budget_params`). For 2 ranks the ring factor 2(N-1)/N
     is 1, so V / busbw is exactly the all-reduce's bandwidth term.
     """
     c_rank = float(t2["compute_slowest_ms"] if "compute_slowest_ms" in t2 else t2["compute_ms"])
     eta = math.inf if c_rank <= 0 else float(t1["compute_ms"]) / (2 * c_rank)
+    params = link.budget_params()
     return BudgetInputs(float(t1["serial_ms"]), float(t1["compute_ms"]), min(eta, 1.0), int(Q), float(volume_bytes),
-                        float(link.latency_ms), float(link.busbw_GBps), eta)
+                        float(params["latency_ms"]), float(params["bandwidth_GBps"]), eta)
 
 
 def _pairs(frame: pd.DataFrame, mode: str):
@@ -301,7 +315,6 @@ def validation_table(frame: pd.DataFrame, link) -> pd.DataFrame:
     eta_measured, T1_ms, T2_ms (measured), comm_ms (measured, slowest rank), comm_pred_ms,
     T2_pred_ms, rel_error = (predicted - measured) / measured, speedup, speedup_pred (T1 / T2).
     """
-    from labutils import budget
 
     rows = []
     for r1, r2, size in _pairs(frame, "split"):
@@ -373,7 +386,6 @@ def overlap_table(frame: pd.DataFrame, link) -> pd.DataFrame:
     For k chunks: Q = k all-reduces of V/k bytes; no overlap: S + C/(2 eta) + k(l + V/(k B));
     bound: S + max(C/(2 eta), k(l + V/(k B))). eta comes from the k = 1 run (nothing to overlap).
     """
-    from labutils import budget
 
     pairs = sorted(_pairs(frame, "overlap"), key=lambda p: int(p[1].chunks))
     if not pairs or int(pairs[0][1].chunks) != 1:

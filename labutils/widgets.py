@@ -16,6 +16,21 @@ import io
 import math
 from dataclasses import dataclass, field
 
+from labutils.budget import BASE_CASE, check_devices, evaluate_n, verdict, wire_dtype_name
+from labutils.ddp_model import predicted_efficiency
+from labutils.fit import ARTICLE_BUSBW_GBps, allreduce_ms
+from labutils.inputs import LabInputError
+from labutils.links import link_figures
+from labutils.my_link import load_link, saved_links
+from labutils.plots import (
+    apply_style,
+    budget_curves,
+    ddp_efficiency_curves,
+    label_budget_curves,
+    update_budget_curves,
+    update_ddp_efficiency_curves,
+)
+
 # --- time budget dashboard ---
 
 
@@ -29,7 +44,6 @@ class Preset:
 
 
 def _link_presets(base: dict) -> list[Preset]:
-    from labutils.links import link_figures
 
     presets = []
     for fig in link_figures():
@@ -43,26 +57,14 @@ def _link_presets(base: dict) -> list[Preset]:
 
 
 def _measured_presets(base: dict, directory=None) -> list[Preset]:
-    from labutils.results import list_results, load_result
-
-    presets = []
-    for path in list_results("link", directory):
-        try:
-            record, _ = load_result(path)
-            meta = record["meta"]
-            values = {**base, "latency_ms": float(meta["latency_ms"]), "bandwidth_GBps": float(meta["bandwidth_GBps"])}
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # a half-written or foreign file is not a preset
-        name = str(meta.get("name") or f"my link ({path.stem})")
-        presets.append(Preset(name, values, str(meta.get("source") or f"measured: {path.name}")))
-    return presets
+    return [Preset(name, {**base, **link.budget_params()}, source)
+            for name, link, source in saved_links(directory)]
 
 
 def budget_presets(directory=None) -> list[Preset]:
     """The preset menu: the article's base case, every link of data/link_table.csv (its low end, named
     with what that figure is: `links.LOW_KINDS`), then every
     measured link (results of kind "link", written by notebooks 02/04) found in results_dir()."""
-    from labutils.budget import BASE_CASE
 
     base = {k: float(v) for k, v in BASE_CASE.items()}
     return ([Preset("article base case: 10 GB/s (hypothetical)", base,
@@ -216,7 +218,6 @@ class BudgetDashboard:
         """Recompute, update the figure in place and the readout; show an error instead of raising."""
         if self._state.get("muted"):
             return
-        from labutils.budget import evaluate_n, verdict
 
         try:
             values, settings = self.values(), self.settings()
@@ -240,8 +241,6 @@ class BudgetDashboard:
         N did (the legend and title name it).
         """
         from PIL import Image
-
-        from labutils.plots import label_budget_curves, update_budget_curves
 
         settings = settings or {"N": 2, "wire_dtype": "fp32"}
         ax = self.figure.axes[0]
@@ -302,15 +301,10 @@ def budget_dashboard(presets=None, initial: dict | None = None, dpi: int = 80, N
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from labutils.plots import apply_style, budget_curves
-
-    from labutils.budget import check_devices, wire_dtype_name
-
     presets = tuple(presets if presets is not None else budget_presets())
     values = {k: float(v) for k, v in (initial or presets[0].values).items()}
     N, wire_dtype = check_devices(N), wire_dtype_name(wire_dtype)
     if N not in (2, 4, 8) or wire_dtype not in ("fp32", "bf16"):
-        from labutils.validate import LabInputError
 
         raise LabInputError(f"N={N} and wire_dtype={wire_dtype!r}: the dashboard offers N in 2, 4, 8 and fp32 or bf16")
     chosen = next((i for i, p in enumerate(presets) if {k: float(v) for k, v in p.values.items()} == values), None)
@@ -352,17 +346,13 @@ def ddp_scaling_dashboard(gradient_bytes: float = 200e6, busbw_GBps: float | Non
     """Sliders for gradient size, link bandwidth, compute, latency, buckets and overlap; the
     predicted scaling efficiency for N = 2, 4, 8 as a readout and as curves against gradient size.
 
-    busbw and alpha default to the measured link (`labutils.fit.load_link`), else the article's
+    busbw and alpha default to the measured link (`labutils.my_link.load_link`), else the article's
     22 GB/s and no latency. Returns a `DDPScalingDashboard`: set `dash.sliders["busbw_GBps"].value`
     and read `dash.state()["efficiency"][8]` or the readout's `[data-key=efficiency-N8]`.
     """
     import ipywidgets as w
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-
-    from labutils.data_parallel import predicted_efficiency
-    from labutils.fit import ARTICLE_BUSBW_GBps, load_link, predict_comm_ms
-    from labutils.plots import apply_style, ddp_efficiency_curves, update_ddp_efficiency_curves
 
     link = load_link() if busbw_GBps is None or alpha_us is None else None
     source = link.name if link is not None else "the article's 22 GB/s link"
@@ -403,7 +393,7 @@ def ddp_scaling_dashboard(gradient_bytes: float = 200e6, busbw_GBps: float | Non
             eff = {n: float(predicted_efficiency(v["gradient_bytes"], v["busbw_GBps"], v["compute_ms"], n,
                                                  v["alpha_us"], v["buckets"], v["hideable"], v["scaling"]))
                    for n in world_sizes}
-            comm = {n: float(predict_comm_ms(v["gradient_bytes"], n, v["busbw_GBps"], v["alpha_us"], v["buckets"]))
+            comm = {n: float(allreduce_ms(v["gradient_bytes"], n, v["busbw_GBps"], v["alpha_us"], v["buckets"]))
                     for n in world_sizes}
             rows = "".join(f'<tr><th>N = {n}</th><td data-key="efficiency-N{n}" data-value="{eff[n]!r}">'
                            f"{eff[n]:.0%}</td><td>speedup {eff[n] * n:.2f}x</td>"

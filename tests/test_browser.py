@@ -16,10 +16,21 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+from browser_helpers import (
+    cell_errors,
+    chromium,
+    image_sha256,
+    jupyter_lab,
+    kernel_eval,
+    open_notebook,
+    press_on_handle,
+    readout_text,
+    run_all_cells,
+    slider,
+    type_into_readout,
+    why_no_browser,
+)
 
-from browser_helpers import (cell_errors, chromium, image_sha256, jupyter_lab, kernel_eval, open_notebook,
-                             press_on_handle, readout_text, run_all_cells, slider, type_into_readout,
-                             why_no_browser)
 from labutils.budget import BASE_CASE, RESULT_FIELDS, evaluate
 
 ROOT = Path(__file__).resolve().parent.parent

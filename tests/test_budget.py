@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from labutils import budget as bm
-from labutils.validate import LabInputError
+from labutils import budget_cli
+from labutils.inputs import LabInputError
 
-CASES = bm.load_cases()
+CASES = budget_cli.load_cases()
 BASE = dict(bm.BASE_CASE)
 PRINTED = [(case["name"], key, text) for case in CASES for key, text in case["printed"].items()]
 
@@ -23,7 +24,7 @@ def _matches_print(value: float, text: str) -> bool:
 @pytest.mark.parametrize("name,key,text", PRINTED, ids=[f"{n}:{k}" for n, k, _ in PRINTED])
 def test_every_printed_figure_is_reproduced(name, key, text):
     case = next(c for c in CASES if c["name"] == name)
-    value = bm.case_figures(**case["inputs"])[key]
+    value = budget_cli.case_figures(**case["inputs"])[key]
     assert _matches_print(value, text), f"{name}: {key} = {value!r}, the article prints {text}"
 
 
@@ -207,7 +208,7 @@ def test_verdict_says_whether_splitting_pays():
 
 
 def test_cases_table_lists_every_case():
-    table = bm.cases_table()
+    table = budget_cli.cases_table()
     assert list(table.index) == [c["name"] for c in CASES]
     assert table.loc["base case", "T2 (ms)"] == pytest.approx(9.22)
     assert table.loc["large serial part, S = 100 ms", "speedup"] == pytest.approx(112 / 108.42)

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labutils import budget as bm
+from labutils import hardware_ratio
 from labutils.cli import main
-from labutils.validate import LabInputError
+from labutils.inputs import LabInputError
 
 times = st.floats(0.0, 1e3, allow_nan=False)
 inputs = st.fixed_dictionaries({"S_ms": times, "C_ms": times, "eta": st.floats(0.01, 1.0), "Q": st.integers(0, 64),
@@ -104,14 +105,14 @@ def test_n_device_notes_and_verdict_name_N():
 # --- the hardware ratio ---
 
 def test_critical_intensity_and_hidden_size():
-    ratio = bm.hardware_ratio(312.0, 24.0)  # 312e12 FLOP/s over 24e9 B/s
+    ratio = hardware_ratio.hardware_ratio(312.0, 24.0)  # 312e12 FLOP/s over 24e9 B/s
     assert ratio == pytest.approx(13000.0)
-    assert bm.critical_intensity(312.0, 24.0, eta=0.8, N=2, Q=1) == pytest.approx(13000 / 0.375)
-    h = bm.critical_hidden(312.0, 24.0, eta=0.8, N=2, Q=1, wire_dtype="bf16")
+    assert hardware_ratio.critical_intensity(312.0, 24.0, eta=0.8, N=2, Q=1) == pytest.approx(13000 / 0.375)
+    h = hardware_ratio.critical_hidden(312.0, 24.0, eta=0.8, N=2, Q=1, wire_dtype="bf16")
     assert h == pytest.approx(13000 / 0.375 * 2 / 16)
-    assert bm.critical_hidden(312.0, 24.0, wire_dtype="fp32") == pytest.approx(2 * h)
-    assert math.isinf(bm.critical_hidden(312.0, 24.0, eta=0.5))
-    assert bm.critical_hidden(312.0, 24.0, N=4, eta=0.8) == pytest.approx(13000 * 1.5 / (1 - 1 / 3.2) * 2 / 16)
+    assert hardware_ratio.critical_hidden(312.0, 24.0, wire_dtype="fp32") == pytest.approx(2 * h)
+    assert math.isinf(hardware_ratio.critical_hidden(312.0, 24.0, eta=0.5))
+    assert hardware_ratio.critical_hidden(312.0, 24.0, N=4, eta=0.8) == pytest.approx(13000 * 1.5 / (1 - 1 / 3.2) * 2 / 16)
 
 
 @settings(max_examples=200, deadline=None)
@@ -119,7 +120,7 @@ def test_critical_intensity_and_hidden_size():
        st.integers(1, 8), st.sampled_from(["fp32", "bf16"]), st.floats(1.0, 4096.0), st.floats(0.0, 0.2))
 def test_at_the_critical_hidden_size_the_budget_breaks_even(tflops, gbps, eta, n, q, wire, batch, latency):
     """Build the MLP block's C and V at h* and feed them to the budget: T_N == T1 there."""
-    h = bm.critical_hidden(tflops, gbps, eta, n, q, wire, 4.0, batch_tokens=batch, latency_ms=latency)
+    h = hardware_ratio.critical_hidden(tflops, gbps, eta, n, q, wire, 4.0, batch_tokens=batch, latency_ms=latency)
     C_ms = 4 * batch * h * 4 * h / (tflops * 1e9)
     V = batch * h * 4  # fp32-counted values; the wire dtype resizes them
     b = bm.evaluate_n(0.0, C_ms, eta, q, latency, V, gbps, N=n, wire_dtype=wire)
@@ -133,12 +134,12 @@ def test_at_the_critical_hidden_size_the_budget_breaks_even(tflops, gbps, eta, n
     (-5, "finite, positive"), (13000 / 0.375 * 2 / 16, "Right"), (13000 / 0.375, "that is I*"),
     (13000 / 0.375 * 4 / 16, "wire dtype"), (123.0, "off by")])
 def test_check_critical_hidden_never_raises(answer, needle):
-    assert needle in bm.check_critical_hidden(answer, compute_TFLOPs=312.0, bandwidth_GBps=24.0)
+    assert needle in hardware_ratio.check_critical_hidden(answer, compute_TFLOPs=312.0, bandwidth_GBps=24.0)
 
 
 def test_check_critical_hidden_when_it_never_pays():
-    assert "never" in bm.check_critical_hidden(100.0, eta=0.5)
-    assert "Right" in bm.check_critical_hidden(math.inf, eta=0.5)
+    assert "never" in hardware_ratio.check_critical_hidden(100.0, eta=0.5)
+    assert "Right" in hardware_ratio.check_critical_hidden(math.inf, eta=0.5)
 
 
 # --- the command line ---

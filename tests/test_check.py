@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from labutils import cli, machine
+from labutils import cpus as lab_cpus
 from labutils.topology import list_samples
 
 
@@ -43,9 +44,9 @@ def test_route_follows_the_case():
 
 
 def test_count_cpulist():
-    assert machine.count_cpulist("0-3,8-11") == 8
-    assert machine.count_cpulist("5") == 1
-    assert machine.count_cpulist("") == 0
+    assert lab_cpus.count_cpulist("0-3,8-11") == 8
+    assert lab_cpus.count_cpulist("5") == 1
+    assert lab_cpus.count_cpulist("") == 0
 
 
 def test_cpu_layout_reads_a_two_socket_sys_tree(tmp_path):
@@ -57,13 +58,13 @@ def test_cpu_layout_reads_a_two_socket_sys_tree(tmp_path):
         topo = system / "cpu" / f"cpu{cpu}" / "topology"
         topo.mkdir(parents=True)
         topo.joinpath("physical_package_id").write_text("0\n" if cpu % 8 < 4 else "1\n")
-    layout = machine.cpu_layout(str(tmp_path))
+    layout = lab_cpus.cpu_layout(str(tmp_path))
     assert (layout.cpus, layout.sockets) == (16, 2)
     assert [(n.node, n.cpulist, n.cpus) for n in layout.numa_nodes] == [(0, "0-3,8-11", 8), (1, "4-7,12-15", 8)]
 
 
 def test_cpu_layout_falls_back_without_sys(tmp_path):
-    layout = machine.cpu_layout(str(tmp_path))
+    layout = lab_cpus.cpu_layout(str(tmp_path))
     assert layout.cpus >= 1 and layout.numa_nodes and layout.source in ("lscpu -p", "os.cpu_count()")
 
 

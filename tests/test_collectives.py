@@ -7,13 +7,24 @@ import pandas as pd
 import pytest
 import torch
 
-from labutils.collectives import (COLUMNS, OPS, SWEEP_EXTRA, WrongResultError, bandwidths_GBps, bus_factor,
-                                  check_busbw, expected, fill, layout, run_sweep, save_sweep, sweep_sizes,
-                                  warmup_iters)
+from labutils.buffers import expected, fill
+from labutils.busbw import (
+    COLUMNS,
+    OPS,
+    SWEEP_EXTRA,
+    bandwidths_GBps,
+    bus_factor,
+    check_busbw,
+    layout,
+    sweep_sizes,
+)
+from labutils.harness import warmup_iters
+from labutils.inputs import LabInputError
 from labutils.launch import RankError
-from labutils.nccl_tests import format_table, parse_text
+from labutils.nccl_table import format_nccl_table
+from labutils.nccl_tests import parse_text
 from labutils.results import latest_result
-from labutils.validate import LabInputError
+from labutils.sweep import WrongResultError, run_sweep, save_sweep
 
 
 @pytest.mark.parametrize("n, ar, ag", [(1, 0.0, 0.0), (2, 1.0, 0.5), (3, 4 / 3, 2 / 3), (4, 1.5, 0.75), (8, 1.75, 0.875)])
@@ -93,7 +104,7 @@ def test_format_table_reads_back_with_the_nccl_tests_parser():
                            "root": -1, "time_us": t, "algbw_GBps": s / t / 1e3, "busbw_GBps": s / t / 1e3,
                            "wrong": 0, "world_size": 2, "backend": "gloo", "in_place": True}
                           for s, t in [(1024, 35.5), (1 << 20, 16330.0), (1 << 30, 1.2e7)]])
-    text = format_table(frame, {"backend": "gloo", "device": "cpu", "world_size": 2, "warmup": 5, "budget_ms": 10})
+    text = format_nccl_table(frame, {"backend": "gloo", "device": "cpu", "world_size": 2, "warmup": 5, "budget_ms": 10})
     assert "# Avg bus bandwidth" in text and "# Out of bounds values : 0 OK" in text
     back = parse_text(text, op="all_reduce").frame
     assert list(back["size_bytes"]) == list(frame["size_bytes"])
@@ -166,7 +177,7 @@ def test_bad_sweep_input_is_refused_before_any_rank_starts():
 
 
 def test_saved_sweeps_load_back_by_op_and_compare():
-    from labutils.collectives import SweepResult, compare_sweeps, load_sweep
+    from labutils.sweep import SweepResult, compare_sweeps, load_sweep
 
     rows = [{"op": op, "size_bytes": s, "count": s // 4, "dtype": "float32", "redop": "sum", "root": -1,
              "time_us": 10.0, "algbw_GBps": s / 1e4, "busbw_GBps": s / 1e4 * f, "wrong": 0, "world_size": 2,

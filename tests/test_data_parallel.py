@@ -5,111 +5,112 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from rank_workers import gradient_worker
 
 from labutils import data_parallel as dp
-from labutils.fit import predict_comm_ms
+from labutils import ddp_model, ddp_step
+from labutils.fit import allreduce_ms
+from labutils.inputs import LabInputError
 from labutils.launch import launch
-from labutils.validate import LabInputError
-
 
 # --- the model and its gradient size ---------------------------------------------------------
 
 @pytest.mark.parametrize("target_mb", [1, 16, 200])
 def test_width_for_gradient_size_lands_close(target_mb):
     target = target_mb * 2**20
-    width = dp.mlp_for_gradient_bytes(target, depth=4)
-    assert abs(dp.mlp_gradient_bytes(width, 4) - target) / target < 0.01
+    width = ddp_model.mlp_for_gradient_bytes(target, depth=4)
+    assert abs(ddp_model.mlp_gradient_bytes(width, 4) - target) / target < 0.01
 
 
 def test_gradient_bytes_count_the_real_parameters():
-    model = dp.build_mlp(96, 3)
-    assert dp.mlp_gradient_bytes(96, 3) == 4 * sum(p.numel() for p in model.parameters())
+    model = ddp_step.build_mlp(96, 3)
+    assert ddp_model.mlp_gradient_bytes(96, 3) == 4 * sum(p.numel() for p in model.parameters())
 
 
 def test_bad_inputs_name_the_parameter():
     with pytest.raises(LabInputError, match="target_bytes"):
-        dp.mlp_for_gradient_bytes(10)
+        ddp_model.mlp_for_gradient_bytes(10)
     with pytest.raises(LabInputError, match="mode"):
-        dp.StepConfig(64, mode="fast")
+        ddp_step.StepConfig(64, mode="fast")
     with pytest.raises(LabInputError, match="busbw_GBps"):
-        predict_comm_ms(1e6, 2, -1)
+        allreduce_ms(1e6, 2, -1)
     with pytest.raises(LabInputError, match="global_batch"):
-        dp.rank_slice(7, 0, 2)
+        ddp_step.rank_slice(7, 0, 2)
 
 
 def test_bucket_count_follows_ddp_packing():
     mib = 2**20
     # reverse order: 1 MiB fills the first (1 MiB) bucket, then 25 MiB buckets
-    assert dp.ddp_bucket_count([10 * mib] * 6 + [mib], 25) == 1 + 2
-    assert dp.ddp_bucket_count([40 * mib] * 3, 25) == 3  # a tensor over the cap gets its own bucket
-    assert dp.ddp_bucket_count([mib // 4] * 3, 25) == 1  # all fits in the first
-    assert dp.ddp_bucket_count([mib // 4] * 8, 25) == 2  # 1 MiB, then the rest
-    width = dp.mlp_for_gradient_bytes(64 * mib)
-    assert dp.mlp_bucket_count(width, 4, 1000) < dp.mlp_bucket_count(width, 4, 1)
+    assert ddp_model.ddp_bucket_count([10 * mib] * 6 + [mib], 25) == 1 + 2
+    assert ddp_model.ddp_bucket_count([40 * mib] * 3, 25) == 3  # a tensor over the cap gets its own bucket
+    assert ddp_model.ddp_bucket_count([mib // 4] * 3, 25) == 1  # all fits in the first
+    assert ddp_model.ddp_bucket_count([mib // 4] * 8, 25) == 2  # 1 MiB, then the rest
+    width = ddp_model.mlp_for_gradient_bytes(64 * mib)
+    assert ddp_model.mlp_bucket_count(width, 4, 1000) < ddp_model.mlp_bucket_count(width, 4, 1)
 
 
 # --- prediction formulas ------------------------------------------------------------------------
 
 def test_comm_formula_matches_the_article():
     # 200 MB on a 22 GB/s link: ~9 ms on 2 ranks, ~16 ms on 8
-    assert predict_comm_ms(200e6, 2, 22) == pytest.approx(200e6 / 22e6, rel=1e-9)
-    assert predict_comm_ms(200e6, 8, 22) == pytest.approx(1.75 * 200e6 / 22e6, rel=1e-9)
-    assert predict_comm_ms(200e6, 1, 22, alpha_us=500, buckets=8) == 0.0
-    assert predict_comm_ms(1e6, 2, 1, alpha_us=100, buckets=4) == pytest.approx(0.4 + 1.0)
-    assert math.isinf(predict_comm_ms(1e6, 2, 0))
-    arr = predict_comm_ms(np.array([1e6, 2e6]), 2, 1.0)
+    assert allreduce_ms(200e6, 2, 22) == pytest.approx(200e6 / 22e6, rel=1e-9)
+    assert allreduce_ms(200e6, 8, 22) == pytest.approx(1.75 * 200e6 / 22e6, rel=1e-9)
+    assert allreduce_ms(200e6, 1, 22, alpha_us=500, buckets=8) == 0.0
+    assert allreduce_ms(1e6, 2, 1, alpha_us=100, buckets=4) == pytest.approx(0.4 + 1.0)
+    assert math.isinf(allreduce_ms(1e6, 2, 0))
+    arr = allreduce_ms(np.array([1e6, 2e6]), 2, 1.0)
     assert np.allclose(arr, [1.0, 2.0])
 
 
 def test_step_prediction_bounds():
     row = {"gradient_bytes": 10e6, "forward_ms": 2.0, "backward_ms": 4.0, "optimizer_ms": 1.0}
-    p = dp.predict_step(row, 2, busbw_GBps=1.0, alpha_us=0.0)
+    p = ddp_model.predict_step(row, 2, busbw_GBps=1.0, alpha_us=0.0)
     assert p.comm_ms == pytest.approx(10.0)
     assert p.no_overlap_ms == pytest.approx(17.0)  # sum
     assert p.overlap_ms == pytest.approx(13.0)  # 2 + max(4, 10) + 1
-    fast = dp.predict_step(row, 2, busbw_GBps=100.0)
+    fast = ddp_model.predict_step(row, 2, busbw_GBps=100.0)
     assert fast.overlap_ms == pytest.approx(7.0)  # comm hidden entirely behind backward
     assert fast.overlap_ms <= fast.no_overlap_ms
 
 
 def test_predicted_efficiency_limits_and_scaling_kinds():
     n = np.array([2, 4, 8])
-    weak = dp.predicted_efficiency(100e6, 10.0, 50.0, n)  # comm 10, 15, 17.5 ms
+    weak = ddp_model.predicted_efficiency(100e6, 10.0, 50.0, n)  # comm 10, 15, 17.5 ms
     assert np.allclose(weak, 50 / (50 + np.array([10, 15, 17.5])))
     assert np.all(np.diff(weak) < 0)  # more ranks, more traffic per rank
-    assert dp.predicted_efficiency(100e6, 10.0, 50.0, 1) == 1.0
-    assert dp.predicted_efficiency(100e6, 10.0, 50.0, 2, hideable=1.0) == 1.0  # comm 10 < compute 50
-    strong = dp.predicted_efficiency(100e6, 10.0, 50.0, 2, scaling="strong")
+    assert ddp_model.predicted_efficiency(100e6, 10.0, 50.0, 1) == 1.0
+    assert ddp_model.predicted_efficiency(100e6, 10.0, 50.0, 2, hideable=1.0) == 1.0  # comm 10 < compute 50
+    strong = ddp_model.predicted_efficiency(100e6, 10.0, 50.0, 2, scaling="strong")
     assert strong == pytest.approx(50 / (2 * (25 + 10)))
     assert strong < weak[0]  # the same comm behind half the compute
-    assert dp.predicted_efficiency(1e6, 0.0, 5.0, 2) == 0.0  # no link: never
+    assert ddp_model.predicted_efficiency(1e6, 0.0, 5.0, 2) == 0.0  # no link: never
 
 
 def test_min_busbw_inverts_the_efficiency():
-    bw = dp.min_busbw_for_efficiency(64e6, 60.0, 4, efficiency=0.9, alpha_us=200, buckets=3)
-    assert dp.predicted_efficiency(64e6, bw, 60.0, 4, alpha_us=200, buckets=3) == pytest.approx(0.9)
-    assert math.isinf(dp.min_busbw_for_efficiency(64e6, 1.0, 2, efficiency=0.9, alpha_us=1e6))
+    bw = ddp_model.min_busbw_for_efficiency(64e6, 60.0, 4, efficiency=0.9, alpha_us=200, buckets=3)
+    assert ddp_model.predicted_efficiency(64e6, bw, 60.0, 4, alpha_us=200, buckets=3) == pytest.approx(0.9)
+    assert math.isinf(ddp_model.min_busbw_for_efficiency(64e6, 1.0, 2, efficiency=0.9, alpha_us=1e6))
 
 
 def test_exercise_checkers_give_hints():
-    hidden = dp.max_hidden_gradient_bytes(40.0, 1.0, 2)  # 40 ms of backward at 1 GB/s, factor 1
+    hidden = ddp_model.max_hidden_gradient_bytes(40.0, 1.0, 2)  # 40 ms of backward at 1 GB/s, factor 1
     assert hidden == pytest.approx(40e6)
-    assert predict_comm_ms(hidden, 2, 1.0) == pytest.approx(40.0)
-    assert dp.check_hidden_gradient(40e6, 40.0, 1.0, 2).startswith("Right")
-    assert "2(N-1)/N" in dp.check_hidden_gradient(40e6 * 1.75, 40.0, 1.0, 8)
-    assert "backward" in dp.check_hidden_gradient(60e6, 40.0, 1.0, 2, compute_ms=60.0)
-    assert "units" in dp.check_hidden_gradient(40e9, 40.0, 1.0, 2)
-    assert math.isinf(dp.max_hidden_gradient_bytes(40.0, 1.0, 1))
-    right = dp.min_busbw_for_efficiency(64e6, 60, 2)
-    assert dp.check_min_busbw(right, 64e6, 60, 2).startswith("Right")
-    assert "Too slow" in dp.check_min_busbw(right / 3, 64e6, 60, 2)
-    assert "smallest" in dp.check_min_busbw(right * 3, 64e6, 60, 2)
+    assert allreduce_ms(hidden, 2, 1.0) == pytest.approx(40.0)
+    assert ddp_model.check_hidden_gradient(40e6, 40.0, 1.0, 2).startswith("Right")
+    assert "2(N-1)/N" in ddp_model.check_hidden_gradient(40e6 * 1.75, 40.0, 1.0, 8)
+    assert "backward" in ddp_model.check_hidden_gradient(60e6, 40.0, 1.0, 2, compute_ms=60.0)
+    assert "units" in ddp_model.check_hidden_gradient(40e9, 40.0, 1.0, 2)
+    assert math.isinf(ddp_model.max_hidden_gradient_bytes(40.0, 1.0, 1))
+    right = ddp_model.min_busbw_for_efficiency(64e6, 60, 2)
+    assert ddp_model.check_min_busbw(right, 64e6, 60, 2).startswith("Right")
+    assert "Too slow" in ddp_model.check_min_busbw(right / 3, 64e6, 60, 2)
+    assert "smallest" in ddp_model.check_min_busbw(right * 3, 64e6, 60, 2)
 
 
 # --- tables from a summary (synthetic numbers, no processes) ------------------------------------
 
 def _summary():
-    base = {"width": 512, "depth": 4, "gradient_bytes": dp.mlp_gradient_bytes(512, 4), "bucket_cap_mb": 25.0,
+    base = {"width": 512, "depth": 4, "gradient_bytes": ddp_model.mlp_gradient_bytes(512, 4), "bucket_cap_mb": 25.0,
             "exposed_comm_ms": 0.0, "allreduce_ms": 0.0, "wait_ms": 0.0, "other_ms": 0.1}
     rows = [dict(base, run=0, mode="single", world_size=1, batch_per_rank=32, forward_ms=1, backward_ms=2,
                  optimizer_ms=0.5, step_ms=3.6),
@@ -152,18 +153,18 @@ WIDTH, DEPTH, PER_RANK = 48, 3, 8
 def two_rank_gradients():
     """One launch: each rank's gradient for both modes, fresh and after 3 training steps."""
     runs = [(mode, steps) for mode in ("ddp", "no_overlap") for steps in (0, 3)]
-    return launch(dp.gradient_worker, 2, args=(WIDTH, DEPTH, PER_RANK, runs), timeout_s=120, threads_per_rank=1)
+    return launch(gradient_worker, 2, args=(WIDTH, DEPTH, PER_RANK, runs), timeout_s=120, threads_per_rank=1)
 
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("mode", ["ddp", "no_overlap"])
 def test_two_rank_gradients_equal_one_rank_gradients(two_rank_gradients, mode):
-    reference = dp.reference_gradient(WIDTH, DEPTH, 2 * PER_RANK)
+    reference = ddp_step.reference_gradient(WIDTH, DEPTH, 2 * PER_RANK)
     for rank in two_rank_gradients:
         assert rank[(mode, 0)].shape == reference.shape
         np.testing.assert_allclose(rank[(mode, 0)], reference, rtol=1e-4, atol=1e-6)
     # and one half of the batch alone differs: the all-reduce did something
-    assert not np.allclose(dp.reference_gradient(WIDTH, DEPTH, PER_RANK), reference, rtol=1e-3)
+    assert not np.allclose(ddp_step.reference_gradient(WIDTH, DEPTH, PER_RANK), reference, rtol=1e-3)
 
 
 @pytest.mark.distributed
@@ -178,11 +179,11 @@ def test_replicas_stay_equal_over_training_steps(two_rank_gradients):
 
 @pytest.mark.distributed
 def test_measured_steps_decompose_and_agree():
-    configs = [dp.StepConfig(WIDTH, DEPTH, PER_RANK, "ddp", bucket_cap_mb=0.01, steps=4, warmup=1),
-               dp.StepConfig(WIDTH, DEPTH, PER_RANK, "no_overlap", steps=3, warmup=1)]
+    configs = [ddp_step.StepConfig(WIDTH, DEPTH, PER_RANK, "ddp", bucket_cap_mb=0.01, steps=4, warmup=1),
+               ddp_step.StepConfig(WIDTH, DEPTH, PER_RANK, "no_overlap", steps=3, warmup=1)]
     steps = dp.measure(configs, 2, backend="gloo", device="cpu", timeout_s=120, progress=False)
     assert steps.groupby("mode").size().to_dict() == {"ddp": 4, "no_overlap": 3}
-    parts = steps[list(dp.SECTIONS) + ["other_ms"]].sum(axis=1)
+    parts = steps[list(ddp_step.SECTIONS) + ["other_ms"]].sum(axis=1)
     assert np.allclose(parts, steps["step_ms"])
     assert (steps["other_ms"] > -1e-9).all()  # sections never add up to more than the step
     assert (steps["other_ms"] <= 0.5 * steps["step_ms"] + 1.0).all()  # and cover most of it
@@ -200,7 +201,7 @@ def test_measured_steps_decompose_and_agree():
 
 @pytest.mark.distributed
 def test_rank_zero_sets_the_step_count():
-    cfg = dp.StepConfig(WIDTH, DEPTH, PER_RANK, "single", steps=2, warmup=1, min_time_s=0.05, max_steps=7)
+    cfg = ddp_step.StepConfig(WIDTH, DEPTH, PER_RANK, "single", steps=2, warmup=1, min_time_s=0.05, max_steps=7)
     steps = dp.measure([cfg, dp.replace(cfg, steps=3, min_time_s=0.0)], 1, backend="gloo", device="cpu",
                        timeout_s=60, progress=False, interleave=False)
     counts = steps.groupby("run").size()
@@ -218,7 +219,7 @@ def test_widget_follows_its_sliders():
     state = dash.state()
     assert state["error"] is None
     for n in (2, 4, 8):
-        assert state["efficiency"][n] == pytest.approx(dp.predicted_efficiency(100e6, 10.0, 50.0, n))
+        assert state["efficiency"][n] == pytest.approx(ddp_model.predicted_efficiency(100e6, 10.0, 50.0, n))
     shown = float(re.search(r'data-key="efficiency-N8" data-value="([^"]+)"', dash.readout.value).group(1))
     assert shown == pytest.approx(state["efficiency"][8])
     before = dash.png()
@@ -232,4 +233,4 @@ def test_widget_follows_its_sliders():
     assert 'data-scaling="strong"' in dash.readout.value
     dash.sliders["hideable"].value = 1.0
     assert dash.state()["efficiency"][2] == pytest.approx(
-        dp.predicted_efficiency(100e6, 100.0, 50.0, 2, hideable=1.0, scaling="strong"))
+        ddp_model.predicted_efficiency(100e6, 100.0, 50.0, 2, hideable=1.0, scaling="strong"))

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from labutils import cli, doctor as dr, pcie
+from labutils import cli, pcie
+from labutils import doctor as dr
+from labutils.inputs import LabInputError
 from labutils.links import pcie_figure
 from labutils.results import save_result
 from labutils.topology import GpuFacts, expected_figure, load_sample, parse_topology, read_topology_file
-from labutils.validate import LabInputError
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCTOR = ROOT / "data" / "doctor"

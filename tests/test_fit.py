@@ -7,18 +7,27 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import labutils.collectives as collectives
-from labutils.fit import (LinkFit, allreduce_time_ms, article_table, check_allreduce_prediction, crossover_bytes,
-                          ensure_link, fit_alpha_beta, heldout_table, latency_term_us, load_link,
-                          predict_allreduce_us, save_link)
+import labutils.busbw as busbw
+import labutils.sweep as sweep
+from labutils.fit import (
+    LinkFit,
+    allreduce_ms,
+    article_table,
+    check_allreduce_prediction,
+    crossover_bytes,
+    fit_alpha_beta,
+    heldout_table,
+    latency_term_us,
+)
+from labutils.inputs import LabInputError
+from labutils.my_link import ensure_link, load_link, save_link
 from labutils.nccl_tests import parse_nccl_tests
 from labutils.results import DATA_DIR, list_results
-from labutils.validate import LabInputError
 
 
 def _sweep(alpha_us, busbw_GBps, n=2, noise=0.0, op="all_reduce", sizes=None, seed=0):
     sizes = np.asarray(sizes if sizes is not None else [1024 * 2**k for k in range(17)], dtype=float)
-    factor = collectives.bus_factor(op, n)
+    factor = busbw.bus_factor(op, n)
     t = alpha_us + factor * sizes / (busbw_GBps * 1e3)
     t *= 1 + noise * np.random.default_rng(seed).standard_normal(len(sizes))
     return pd.DataFrame({"op": op, "size_bytes": sizes.astype(int), "time_us": t, "world_size": n,
@@ -26,12 +35,12 @@ def _sweep(alpha_us, busbw_GBps, n=2, noise=0.0, op="all_reduce", sizes=None, se
 
 
 def test_article_numbers():
-    assert allreduce_time_ms(200e6, 2, 22.0) == pytest.approx(9.09, abs=0.01)
-    assert allreduce_time_ms(200e6, 8, 22.0) == pytest.approx(15.91, abs=0.01)
+    assert allreduce_ms(200e6, 2, 22.0) == pytest.approx(9.09, abs=0.01)
+    assert allreduce_ms(200e6, 8, 22.0) == pytest.approx(15.91, abs=0.01)
     table = article_table()
     assert list(table.world_size) == [2, 4, 8] and list(table.factor) == [1.0, 1.5, 1.75]
-    assert allreduce_time_ms(200e6, 1, 22.0) == 0.0
-    assert allreduce_time_ms(200e6, 2, 0.0) == math.inf  # no bandwidth: never
+    assert allreduce_ms(200e6, 1, 22.0) == 0.0
+    assert allreduce_ms(200e6, 2, 0.0) == math.inf  # no bandwidth: never
 
 
 @pytest.mark.parametrize("n", [2, 4])
@@ -101,9 +110,9 @@ def test_the_sample_nccl_tests_log_fits_the_article_link():
 
 def test_predictions_and_latency_terms():
     fit = LinkFit(20.0, 22.0, 2, "nccl", "cuda")
-    assert predict_allreduce_us(200e6, 2, fit) == pytest.approx(20.0 + 9090.9, rel=1e-4)
-    assert list(predict_allreduce_us(np.array([0, 22e3]), 4, fit)) == pytest.approx([20.0, 21.5])
-    assert predict_allreduce_us(1e6, 1, fit) == 0.0
+    assert allreduce_ms(200e6, 2, fit.busbw_GBps, fit.alpha_us) * 1e3 == pytest.approx(20.0 + 9090.9, rel=1e-4)
+    assert list(allreduce_ms(np.array([0, 22e3]), 4, fit.busbw_GBps, fit.alpha_us) * 1e3) == pytest.approx([20.0, 21.5])
+    assert allreduce_ms(1e6, 1, fit.busbw_GBps, fit.alpha_us) * 1e3 == 0.0
     assert crossover_bytes(fit) == pytest.approx(20 * 22e3)
     assert list(latency_term_us([2, 4, 8, 16], 5.0, "ring")) == [10, 30, 70, 150]
     assert list(latency_term_us([2, 4, 8, 16], 5.0, "tree")) == [10, 20, 30, 40]
@@ -111,18 +120,19 @@ def test_predictions_and_latency_terms():
     with pytest.raises(LabInputError, match="algorithm"):
         latency_term_us(4, 1.0, "butterfly")
     with pytest.raises(LabInputError, match="world_size"):
-        predict_allreduce_us(1e6, 0, fit)
+        allreduce_ms(1e6, 0, fit.busbw_GBps, fit.alpha_us) * 1e3
 
 
 def test_save_and_load_the_link_contract():
     fit = fit_alpha_beta(_sweep(35.0, 1.7))
     path = save_link(fit)
     meta = json.loads(path.read_text())["meta"]
-    for key in ("name", "latency_ms", "bandwidth_GBps", "alpha_us", "busbw_GBps", "world_size", "backend", "device",
-                "source"):
+    for key in ("name", "alpha_us", "busbw_GBps", "world_size", "backend", "device", "source"):
         assert key in meta
-    assert meta["name"] == "my link: gloo/cpu, 2 ranks" and meta["bandwidth_GBps"] == pytest.approx(1.7)
-    assert meta["latency_ms"] == pytest.approx(0.035) and meta["source"].startswith("measured on ")
+    assert "latency_ms" not in meta and "bandwidth_GBps" not in meta  # one set of names on disk
+    assert meta["name"] == "my link: gloo/cpu, 2 ranks" and meta["busbw_GBps"] == pytest.approx(1.7)
+    assert meta["alpha_us"] == pytest.approx(35.0) and meta["source"].startswith("measured on ")
+    assert fit.budget_params() == pytest.approx({"latency_ms": 0.035, "bandwidth_GBps": 1.7})
     back = load_link()
     assert back == fit
     assert load_link(world_size=8) is None or load_link(world_size=8).world_size == 8
@@ -136,9 +146,9 @@ def test_ensure_link_reuses_a_saved_link_else_measures(monkeypatch):
 
     def fake_sweep(**kwargs):
         calls.append(kwargs)
-        return collectives.SweepResult(_sweep(12.0, 4.0, n=kwargs["nproc"]), {})
+        return sweep.SweepResult(_sweep(12.0, 4.0, n=kwargs["nproc"]), {})
 
-    monkeypatch.setattr(collectives, "run_sweep", fake_sweep)
+    monkeypatch.setattr(sweep, "run_sweep", fake_sweep)
     before = len(list_results("link"))
     fit = ensure_link(nproc=5, backend="gloo", device="cpu")
     assert calls and calls[0]["max_bytes"] == "4M" and fit.busbw_GBps == pytest.approx(4.0)
@@ -152,3 +162,15 @@ def test_exercise_checker_hints():
     assert "2(N-1)/N" in check_allreduce_prediction(200e6 / 22e6, 200e6, 4, 22)
     assert "units" in check_allreduce_prediction(13636, 200e6, 4, 22)
     assert "number" in check_allreduce_prediction(None, 200e6, 4, 22)
+
+
+def test_a_link_saved_in_the_old_format_still_reads(tmp_path):
+    from labutils.my_link import load_link, saved_links
+    from labutils.results import save_result
+
+    save_result("link", None, {"name": "old", "latency_ms": 0.05, "bandwidth_GBps": 3.0, "world_size": 2,
+                               "backend": "gloo", "device": "cpu"}, tmp_path)
+    save_result("link", None, {"name": "foreign", "latency_ms": 0.05}, tmp_path)  # no world size: skipped
+    link = load_link(directory=tmp_path, world_size=2)
+    assert (link.alpha_us, link.busbw_GBps) == (pytest.approx(50.0), 3.0)
+    assert [name for name, _, _ in saved_links(tmp_path)] == ["old"]

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from browser_helpers import free_port
+
 from labutils import lab
 from labutils.cli import main
 from labutils.runner import NOTEBOOK_DIR

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
+from labutils.inputs import LabInputError
 from labutils.launch import RankError, launch, ping_worker, resolve_backend
-from labutils.validate import LabInputError
 
 
 def _alive(pid: int) -> bool:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from labutils.cli import main
+from labutils.inputs import LabInputError
 from labutils.nccl_tests import parse_json, parse_nccl_tests, parse_text
-from labutils.validate import LabInputError
 
 SAMPLES = Path(__file__).resolve().parent.parent / "data" / "nccl_tests"
 REQUIRED = {"size_bytes", "count", "dtype", "op", "time_us", "algbw_GBps", "busbw_GBps", "wrong", "world_size",
@@ -89,7 +89,7 @@ def test_info_output_glued_inside_a_row():
 
 
 def test_per_iteration_layout_reads_the_main_columns():
-    text = ("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s\n"
+    text = ("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s\n"  # noqa: UP031 - the layout as nccl-tests prints it
             % ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99",
                "i_cv%", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%"))
     text += ("     4194304       1048576     float     sum      -1   208.53   20.11   20.11       0   201.0   230.1   229.0"

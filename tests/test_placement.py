@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from labutils import machine
+from labutils import cpus as lab_cpus
+from labutils.inputs import LabInputError
 from labutils.placement import MAX_THREADS_PER_RANK, machine_placement, plan_placement
-from labutils.validate import LabInputError
 
 
 def write_sys_tree(root: Path, cores_per_socket: int, sockets: int = 2, smt: bool = False) -> Path:
@@ -27,7 +27,7 @@ def write_sys_tree(root: Path, cores_per_socket: int, sockets: int = 2, smt: boo
             node_cpus.setdefault(socket, []).append(cpu)
     for node, cpus in node_cpus.items():
         (system / "node" / f"node{node}").mkdir(parents=True)
-        (system / "node" / f"node{node}" / "cpulist").write_text(machine.format_cpulist(cpus) + "\n")
+        (system / "node" / f"node{node}" / "cpulist").write_text(lab_cpus.format_cpulist(cpus) + "\n")
     return root
 
 
@@ -39,7 +39,7 @@ def layouts(tmp_path_factory):
     out = {}
     for cores, smt in MACHINES:
         root = write_sys_tree(tmp_path_factory.mktemp(f"sys{cores}{'smt' if smt else ''}"), cores // 2, 2, smt)
-        out[cores, smt] = machine.cpu_layout(str(root))
+        out[cores, smt] = lab_cpus.cpu_layout(str(root))
     return out
 
 
@@ -58,17 +58,17 @@ def test_layout_keeps_only_the_allowed_cpus_and_reads_the_quota(tmp_path):
     root = write_sys_tree(tmp_path, 8, 2, smt=True)
     (root / "fs" / "cgroup").mkdir(parents=True)
     (root / "fs" / "cgroup" / "cpu.max").write_text("400000 100000\n")
-    layout = machine.cpu_layout(str(root), allowed={0, 1, 16, 17, 9})
+    layout = lab_cpus.cpu_layout(str(root), allowed={0, 1, 16, 17, 9})
     assert sorted(c.cpu for c in layout.logical) == [0, 1, 9, 16, 17] and layout.physical_cores == 3
     assert layout.quota_cpus == 4.0
     (root / "fs" / "cgroup" / "cpu.max").write_text("max 100000\n")
-    assert machine.cpu_quota(str(root)) is None
+    assert lab_cpus.cpu_quota(str(root)) is None
     v1 = root / "fs" / "cgroup" / "cpu" / "job"
     v1.mkdir(parents=True)
     v1.joinpath("cpu.cfs_quota_us").write_text("250000\n")
     v1.joinpath("cpu.cfs_period_us").write_text("100000\n")
-    assert machine.cpu_quota(str(root), cgroup_text="3:cpu,cpuacct:/job\n0::/\n") == 2.5
-    assert machine.parse_cpulist("0-2,8") == [0, 1, 2, 8] and machine.format_cpulist([8, 0, 2, 1]) == "0-2,8"
+    assert lab_cpus.cpu_quota(str(root), cgroup_text="3:cpu,cpuacct:/job\n0::/\n") == 2.5
+    assert lab_cpus.parse_cpulist("0-2,8") == [0, 1, 2, 8] and lab_cpus.format_cpulist([8, 0, 2, 1]) == "0-2,8"
 
 
 @pytest.mark.parametrize("cores, smt", MACHINES)
@@ -174,7 +174,7 @@ def test_spawned_ranks_get_their_planned_cpus_and_threads():
     from labutils.placement import affinity_worker
 
     plan = machine_placement(2)
-    layout = machine.cpu_layout()
+    layout = lab_cpus.cpu_layout()
     core_of = {c.cpu: c.core for c in layout.logical}
     got = launch(affinity_worker, 2, timeout_s=60)
     for r, rank in enumerate(got):

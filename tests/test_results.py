@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from labutils import results
+from labutils.inputs import LabInputError, check_int, check_range
 from labutils.units import GBps, format_size, parse_size
-from labutils.validate import LabInputError, check_int, check_range
 
 
 def test_save_never_overwrites_and_round_trips(tmp_path):

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from labutils import ring
-from labutils.collectives import bus_factor
+from labutils.busbw import bus_factor
 from labutils.fit import latency_term_us
-from labutils.validate import LabInputError
+from labutils.inputs import LabInputError
 
 matplotlib.use("Agg")
 

@@ -12,14 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labutils import budget, machine
+from labutils import budget, ddp_model, ddp_step, machine
 from labutils import data_parallel as dp
 from labutils import validation as val
 from labutils.copies import Band, copy_table, expected_bands, wire_fraction
 from labutils.fit import fit_alpha_beta, interpolate_time_us
+from labutils.inputs import LabInputError
 from labutils.launch import barrier_kwargs, rank_plan, ranks_per_gpu, resolve_backend
 from labutils.topology import GpuFacts, host_link, load_sample
-from labutils.validate import LabInputError
 
 RANKED = ("02_allreduce_sweep", "05_tensor_parallel", "07_validating_the_budget", "08_data_parallel_training")
 
@@ -180,11 +180,11 @@ def test_one_shared_gpu_shows_the_budgets_never_with_numbers():
 
 
 def test_training_sizes_follow_the_route():
-    cpu, one, eight = (dp.experiment_plan(machine.route("08_data_parallel_training", g), quick=False)
+    cpu, one, eight = (ddp_model.experiment_plan(machine.route("08_data_parallel_training", g), quick=False)
                        for g in (0, 1, 8))
     assert cpu.batch_per_rank == 32 and cpu.gradient_mib == (2, 8, 32, 64)
     assert one.batch_per_rank > eight.batch_per_rank > cpu.batch_per_rank  # shared GPU: slower link per flop
-    quick = dp.experiment_plan(machine.route("08_data_parallel_training", 1), quick=True)
+    quick = ddp_model.experiment_plan(machine.route("08_data_parallel_training", 1), quick=True)
     assert quick.steps < one.steps and len(quick.gradient_mib) < len(one.gradient_mib)
     # backward / all-reduce ~ b x busbw / flop rate: near 1 on a shared H200 with gloo (1.7 GB/s, x2 time)
     ratio = one.batch_per_rank * 1.7e9 * 2 / 6.7e13
@@ -284,10 +284,10 @@ def test_interpolation_extrapolates_carefully_and_says_so():
 
 def test_buckets_are_read_off_the_curve_one_by_one():
     sweep = _synthetic_sweep()
-    width = dp.mlp_for_gradient_bytes(32 * 2**20)
-    sizes = dp.mlp_bucket_sizes(width, 4, 25)
-    assert sum(sizes) == dp.mlp_gradient_bytes(width, 4) and len(sizes) == dp.mlp_bucket_count(width, 4, 25)
-    ms, reading = dp.bucket_comm_ms(sweep, sizes)
+    width = ddp_model.mlp_for_gradient_bytes(32 * 2**20)
+    sizes = ddp_model.mlp_bucket_sizes(width, 4, 25)
+    assert sum(sizes) == ddp_model.mlp_gradient_bytes(width, 4) and len(sizes) == ddp_model.mlp_bucket_count(width, 4, 25)
+    ms, reading = ddp_model.bucket_comm_ms(sweep, sizes)
     assert ms == pytest.approx(sum(_true_us(s) for s in sizes) / 1e3, rel=0.05)
     assert len(reading.time_us) == len(sizes)
 
@@ -295,7 +295,7 @@ def test_buckets_are_read_off_the_curve_one_by_one():
 # --- 07: the bounds (fake numbers) -----------------------------------------------------------------------
 
 def _summary(ddp_ms, no_overlap_ms, width=256):
-    grad = dp.mlp_gradient_bytes(width, 4)
+    grad = ddp_model.mlp_gradient_bytes(width, 4)
     base = {"width": width, "depth": 4, "gradient_bytes": grad, "bucket_cap_mb": 25.0, "exposed_comm_ms": 0.0,
             "allreduce_ms": 0.0, "wait_ms": 0.0, "batch_per_rank": 32}
     return pd.DataFrame([
@@ -308,29 +308,29 @@ def _summary(ddp_ms, no_overlap_ms, width=256):
 
 def test_bounds_from_the_curve_hold_a_step_that_overlaps():
     sweep = _synthetic_sweep()
-    grad_bytes = dp.mlp_gradient_bytes(256, 4)
-    comm = dp.bucket_comm_ms(sweep, [grad_bytes])[0]
+    grad_bytes = ddp_model.mlp_gradient_bytes(256, 4)
+    comm = ddp_model.bucket_comm_ms(sweep, [grad_bytes])[0]
     lower, upper = 1.5 + max(2.0, comm), 3.5 + comm  # forward + optimizer = 1.5; backward = 2
     inside = dp.prediction_table(_summary((lower + upper) / 2, upper), 100.0, 0.0, sweep=sweep).set_index("mode")
     assert inside.loc["ddp", "overlap_pred_ms"] == pytest.approx(lower)
     assert inside.loc["ddp", "no_overlap_pred_ms"] == pytest.approx(upper)
     assert inside.loc["ddp", "between"] and not inside.loc["ddp", "extrapolated"]
     assert inside.loc["ddp", "comm_line_ms"] != pytest.approx(inside.loc["ddp", "comm_pred_ms"])
-    assert dp.between_bounds_figure(inside.reset_index()) == "1/1"
+    assert ddp_model.between_bounds_figure(inside.reset_index()) == "1/1"
     above = dp.prediction_table(_summary(upper * 1.2, upper), 100.0, 0.0, sweep=sweep)
-    assert dp.between_bounds_figure(above) == "0/1"
+    assert ddp_model.between_bounds_figure(above) == "0/1"
     with pytest.raises(LabInputError, match="rank count"):
         dp.prediction_table(_summary(5, 6), 1.0, 0.0, sweep=_synthetic_sweep(world_size=4))
 
 
 def test_is_between_and_where_the_bounds_take_compute_from():
-    p = dp.StepPrediction(1.0, 4.0, 0.5, 3.0, 1)
+    p = ddp_model.StepPrediction(1.0, 4.0, 0.5, 3.0, 1)
     assert (p.overlap_ms, p.no_overlap_ms) == (5.5, 8.5)
-    assert dp.is_between(5.5, p) and dp.is_between(8.5, p) and not dp.is_between(8.6, p)
-    assert not dp.is_between(5.4, p)
+    assert ddp_model.is_between(5.5, p) and ddp_model.is_between(8.5, p) and not ddp_model.is_between(8.6, p)
+    assert not ddp_model.is_between(5.4, p)
     cpu, one, eight = (machine.route("08_data_parallel_training", g) for g in (0, 1, 8))
-    assert [dp.bounds_compute(r) for r in (cpu, one, eight)] == ["one_rank", "n_rank", "one_rank"]
-    assert [dp.bounds_expected(r) for r in (cpu, one, eight)] == [False, True, True]
+    assert [ddp_model.bounds_compute(r) for r in (cpu, one, eight)] == ["one_rank", "n_rank", "one_rank"]
+    assert [ddp_model.bounds_expected(r) for r in (cpu, one, eight)] == [False, True, True]
 
 
 def test_contention_table_shows_sum_or_overlap():
@@ -347,7 +347,7 @@ def test_contention_table_shows_sum_or_overlap():
 def test_contention_probe_runs_on_two_cpu_ranks():
     from labutils.launch import launch
 
-    out = launch(dp.contention_worker, 2, kwargs={"width": 48, "depth": 2, "batch_per_rank": 8, "reps": 2},
+    out = launch(ddp_step.contention_worker, 2, kwargs={"width": 48, "depth": 2, "batch_per_rank": 8, "reps": 2},
                  timeout_s=120)
     assert out[0] == out[1]  # every figure is the slowest rank's, the same on both
     assert out[0]["backward_ms"] > 0 and out[0]["allreduce_ms"] > 0 and out[0]["together_ms"] > 0
@@ -368,8 +368,8 @@ def test_path_table_gives_each_code_its_route_and_figures():
 
 
 def test_rows_stated_for_pcie5_scale_to_any_generation_and_width():
-    from labutils.links import link_figure, scale_to_pcie
-    from labutils.pcie import pcie_band
+    from labutils.links import link_figure
+    from labutils.pcie import pcie_band, scale_to_pcie
 
     host = link_figure("through host memory, no peer access (PCIe 5.0 x16)")
     assert scale_to_pcie(host, 5, 16) == host
@@ -380,15 +380,15 @@ def test_rows_stated_for_pcie5_scale_to_any_generation_and_width():
 
 
 def test_bucket_size_range_covers_every_all_reduce_of_the_runs():
-    widths = [dp.mlp_for_gradient_bytes(m * 2**20) for m in (2, 64)]
-    low, high = dp.bucket_size_range(widths, 4, (1, 4))
-    every = [b for w in widths for b in dp.mlp_bucket_sizes(w, 4, 25)]
-    every += [b for c in (1, 4) for b in dp.mlp_bucket_sizes(max(widths), 4, c)]
-    assert low == min(every) and high == dp.mlp_gradient_bytes(max(widths), 4) >= max(every)
+    widths = [ddp_model.mlp_for_gradient_bytes(m * 2**20) for m in (2, 64)]
+    low, high = ddp_model.bucket_size_range(widths, 4, (1, 4))
+    every = [b for w in widths for b in ddp_model.mlp_bucket_sizes(w, 4, 25)]
+    every += [b for c in (1, 4) for b in ddp_model.mlp_bucket_sizes(max(widths), 4, c)]
+    assert low == min(every) and high == ddp_model.mlp_gradient_bytes(max(widths), 4) >= max(every)
 
 
 def test_a_saved_sweep_that_covers_the_range_is_reused(monkeypatch):
-    from labutils import collectives as col
+    from labutils import sweep as col
 
     def fake_run_sweep(**kw):
         calls.append(kw)
@@ -428,7 +428,7 @@ def test_gpu_two_gloo_ranks_share_one_gpu():
 
 @NEEDS_GPU
 def test_gpu_nccl_with_one_rank_runs_a_sweep_with_its_barrier():
-    from labutils.collectives import run_sweep
+    from labutils.sweep import run_sweep
 
     result = run_sweep(nproc=1, backend="nccl", device="cuda", min_bytes="1K", max_bytes="64K", budget_ms=5,
                        progress=False)
@@ -437,8 +437,8 @@ def test_gpu_nccl_with_one_rank_runs_a_sweep_with_its_barrier():
 
 @NEEDS_GPU
 def test_gpu_gloo_on_cuda_sweep_and_the_copy_ceiling():
-    from labutils.collectives import run_sweep
     from labutils.copies import copy_ceiling_GBps
+    from labutils.sweep import run_sweep
 
     result = run_sweep(nproc=2, backend="gloo", device="cuda", min_bytes="1K", max_bytes="1M", budget_ms=10,
                        progress=False)
@@ -451,7 +451,7 @@ def test_gpu_gloo_on_cuda_sweep_and_the_copy_ceiling():
 def test_gpu_split_layer_and_training_step_compute_on_the_gpu():
     frame = val.measure([(8, 64)], 2, ("whole", "split"), backend="gloo", device="cuda", quick=True, timeout_s=180)
     assert set(frame["mode"]) == {"whole", "split"} and (frame["total_ms"] > 0).all()
-    cfgs = [dp.StepConfig(48, 2, 8, mode, steps=2, warmup=1) for mode in ("ddp", "no_overlap")]
+    cfgs = [ddp_step.StepConfig(48, 2, 8, mode, steps=2, warmup=1) for mode in ("ddp", "no_overlap")]
     steps, probe = dp._launch(cfgs, 2, "gloo", "cuda", 180, False,
                               contention={"width": 48, "depth": 2, "batch_per_rank": 8, "reps": 2})
     assert set(steps["device"]) == {"cuda"} and probe["device"] == "cuda" and probe["together_ms"] > 0

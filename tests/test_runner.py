@@ -9,8 +9,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from labutils.inputs import LabInputError
 from labutils.runner import find_notebooks, parse_params
-from labutils.validate import LabInputError
 
 
 def _notebook(path, *sources):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from labutils import tensor_parallel as tp
-from labutils.validate import LabInputError
+from labutils.inputs import LabInputError
 
 # --- the toy split ---------------------------------------------------------------------------------
 

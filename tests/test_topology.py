@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from labutils import topology as tp
+from labutils.inputs import LabInputError
 from labutils.links import LOW_KINDS, link_figure, load_link_table, nvlink_figure, pcie_figure
-from labutils.validate import LabInputError
 
 SAMPLES = tp.list_samples()
 NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (copy probes, peer access)")

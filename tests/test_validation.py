@@ -1,7 +1,6 @@
 """The two-device budget held against a measured split layer: inputs, predictions, break-even, the protocol."""
 
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -9,8 +8,9 @@ import pytest
 
 from labutils import budget
 from labutils import validation as val
+from labutils.fit import LinkFit
+from labutils.inputs import LabInputError
 from labutils.tensor_parallel import LayerSize
-from labutils.validate import LabInputError
 
 
 def test_measure_refuses_a_rank_count_that_does_not_divide_the_layer():
@@ -20,7 +20,7 @@ def test_measure_refuses_a_rank_count_that_does_not_divide_the_layer():
 
 # --- estimating the budget from measurements -------------------------------------------------------------
 
-LINK = SimpleNamespace(latency_ms=0.2, busbw_GBps=2.0, backend="gloo", device="cpu", world_size=2)
+LINK = LinkFit(alpha_us=200.0, busbw_GBps=2.0, world_size=2, backend="gloo", device="cpu")  # latency 0.2 ms
 
 
 def synthetic_frame(S_ms=0.05, eta=0.8, ms_per_mflop=0.0125, hiddens=(32, 64, 128, 256, 512, 1024), batch=16):
