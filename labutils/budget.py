@@ -515,46 +515,6 @@ def critical_hidden(compute_TFLOPs, bandwidth_GBps, eta=0.8, N=2, Q=1, wire_dtyp
     return _out(h)
 
 
-def check_critical_hidden(answer, *, compute_TFLOPs=312.0, bandwidth_GBps=24.0, eta=0.8, N=2, Q=1,
-                          wire_dtype="bf16", ffn_ratio=4.0) -> str:
-    """Exercise checker: the critical hidden size h* = I*·w/(4r) (startups left out); never raises."""
-    correct = critical_hidden(compute_TFLOPs, bandwidth_GBps, eta, N, Q, wire_dtype, ffn_ratio)
-    w = WIRE_DTYPES[wire_dtype_name(wire_dtype)]
-    intensity = critical_intensity(compute_TFLOPs, bandwidth_GBps, eta, N, Q)
-    mistakes = [(intensity, "that is I*, FLOP per byte; turn it into a hidden size: h* = I* x w / (4 r)."),
-                (hardware_ratio(compute_TFLOPs, bandwidth_GBps) * w / (4 * ffn_ratio),
-                 "you used R/B alone; divide by the saved share 1 - 1/(N eta) (and multiply by Q x 2(N-1)/N)."),
-                (correct * 4 / w, "check the wire dtype: V_w counts w bytes per value (2 for bf16, 4 for fp32)."),
-                (correct * 8, "check the units: GB/s is gigabytes; a link quoted in Gb/s carries 8 times fewer bytes."),
-                (correct / 8, "check the units: GB/s is gigabytes (8 bits each), not gigabits.")]
-    how = ("R/B = TFLOP/s x 1e12 / (GB/s x 1e9) FLOP per byte; I* = Q x 2(N-1)/N / (1 - 1/(N eta)) x R/B; "
-           "h* = I* x w / (4 r).")
-    if answer is None:
-        return f"Replace None with your critical hidden size (a number, e.g. 1024). Hint: {how}"
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
-        return f"Give the hidden size as a number (math.inf for never), not {answer!r}."
-    if math.isnan(value):
-        return f"NaN is not a hidden size; give a number (math.inf for never). {how}"
-
-    def close(a, b):
-        return (math.isinf(a) and math.isinf(b)) or (math.isfinite(a) and math.isfinite(b)
-                                                     and abs(a - b) <= 0.01 * max(abs(b), 1e-9))
-
-    if close(value, correct):
-        return (f"Right: h* = {correct:.5g} (I* = {intensity:.5g} FLOP per byte on the wire). Below it the "
-                "all-reduce costs more than the split saves.")
-    if math.isinf(correct):
-        return f"Not quite: with eta <= 1/N no size pays; the answer is never (math.inf). {how}"
-    if math.isinf(value) or value <= 0:
-        return f"Not yet: here a finite, positive hidden size is the answer. {how}"
-    for wrong, text in mistakes:
-        if close(value, wrong):
-            return f"Not yet: {text}"
-    return f"Not yet ({value:.5g}; off by {value / correct:.3g}x). {how}"
-
-
 # --- the article's worked cases ---
 
 def load_cases(path: str | Path = CASES_FILE) -> list[dict]:
@@ -588,63 +548,6 @@ def cases_table(path: str | Path = CASES_FILE):
                      "speedup": b.speedup, "break-even C (ms)": b.break_even_C_ms,
                      "article prints": ", ".join(f"{k} {v}" for k, v in case["printed"].items())})
     return pd.DataFrame(rows).set_index("case")
-
-
-# --- exercises ---
-
-def _hint(answer, correct: float, mistakes: list[tuple[float, str]], unit: str, how: str) -> str:
-    if answer is None:
-        return f"Replace None with your answer in {unit}. Hint: {how}"
-    try:
-        answer = float(answer)
-    except (TypeError, ValueError):
-        return f"Give a number in {unit} (math.inf for never), not {answer!r}."
-
-    def close(a, b):
-        return (math.isinf(a) and math.isinf(b)) or (math.isfinite(a) and math.isfinite(b)
-                                                     and abs(a - b) <= 0.005 * max(abs(b), 1e-9))
-
-    if close(answer, correct):
-        return f"Right: {correct:.6g} {unit}."
-    if math.isinf(correct):
-        return f"Not quite: here no finite value works, the answer is never (math.inf). {how}"
-    for value, text in mistakes:
-        if close(answer, value):
-            return f"Not yet: {text}"
-    return f"Not yet ({answer:.6g} {unit}). {how}"
-
-
-def check_break_even(answer_ms, *, eta=0.8, Q=4, latency_ms=0.03, volume_bytes=2_000_000,
-                     bandwidth_GBps=10.0) -> str:
-    """Check a break-even C (ms) for these inputs; the reply names the likely slip as a hint."""
-    H = comm_ms(Q, latency_ms, volume_bytes, bandwidth_GBps)
-    frac = saved_fraction(eta)
-    mistakes = [(H, "that is H, the communication; divide it by the share of C that splitting saves, "
-                    "1 - 1/(2 eta)."),
-                (H * frac, "you multiplied H by 1 - 1/(2 eta); divide instead."),
-                (break_even_C_ms(eta, Q, 0.0, volume_bytes, bandwidth_GBps),
-                 "you left out the startup cost l of each exchange."),
-                (break_even_C_ms(*(BASE_CASE[k] for k in _LINK_PARAMS)),
-                 "that is the base case; recompute H with this exercise's Q, V and B.")]
-    how = "compute H = Q*(l + V/(B*1e6)) ms first, then C* = H / (1 - 1/(2 eta))."
-    return _hint(answer_ms, break_even_C_ms(eta, Q, latency_ms, volume_bytes, bandwidth_GBps),
-                 mistakes, "ms", how)
-
-
-def check_min_bandwidth(answer_GBps, *, C_ms=12.0, eta=0.8, Q=4, latency_ms=0.03,
-                        volume_bytes=2_000_000) -> str:
-    """Check a minimum bandwidth (decimal GB/s) for these inputs; the reply hints at the slip."""
-    correct = min_bandwidth_GBps(C_ms, eta, Q, latency_ms, volume_bytes)
-    saving = C_ms * saved_fraction(eta)
-    mistakes = [(min_bandwidth_GBps(C_ms, eta, Q, 0.0, volume_bytes),
-                 "you left out the startup: D = C*(1 - 1/(2 eta))/Q - l."),
-                (volume_bytes / ((saving - latency_ms) * 1e6) if saving > latency_ms else math.nan,
-                 "share the saving among the Q exchanges: divide C*(1 - 1/(2 eta)) by Q before subtracting l."),
-                (correct * 1e3, "check the units: D is in ms, so V/D is bytes per ms; "
-                                "bytes/ms / 1e6 = GB/s."),
-                (correct / 1e3, "check the units: bytes per ms / 1e6 gives GB/s.")]
-    how = "D = C*(1 - 1/(2 eta))/Q - l (ms), then B = V / (D*1e6) GB/s; never if D <= 0."
-    return _hint(answer_GBps, correct, mistakes, "GB/s", how)
 
 
 # --- the command line ---

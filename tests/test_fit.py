@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import labutils.collectives as collectives
-from labutils.fit import (LinkFit, allreduce_time_ms, article_table, check_allreduce_prediction, crossover_bytes,
+from labutils.fit import (LinkFit, allreduce_time_ms, article_table, crossover_bytes,
                           ensure_link, fit_alpha_beta, heldout_table, latency_term_us, load_link,
                           predict_allreduce_us, save_link)
 from labutils.nccl_tests import parse_nccl_tests
@@ -145,10 +145,3 @@ def test_ensure_link_reuses_a_saved_link_else_measures(monkeypatch):
     assert len(list_results("link")) == before + 1
     again = ensure_link(nproc=5, backend="gloo", device="cpu")
     assert len(calls) == 1 and again == fit
-
-
-def test_exercise_checker_hints():
-    assert check_allreduce_prediction(9.09, 200e6, 2, 22).startswith("Right")
-    assert "2(N-1)/N" in check_allreduce_prediction(200e6 / 22e6, 200e6, 4, 22)
-    assert "units" in check_allreduce_prediction(13636, 200e6, 4, 22)
-    assert "number" in check_allreduce_prediction(None, 200e6, 4, 22)
