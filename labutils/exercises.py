@@ -592,7 +592,17 @@ def check_toy_contribution(answer, x=((-1, 2),)) -> str:
         other = toy_split(x).contributions[0].reshape(-1).tolist()
         return (f"Right: {right.tolist()}. Add device 1's {other} and you "
                 f"get the whole output {toy_whole(x).reshape(-1).tolist()}, which is what the all-reduce delivers.")
-    slips = [((x @ TOY_A[:, 2:4]) @ TOY_B[2:4, :], "You skipped ReLU: clip device 2's hidden values "
+    one_based = relu(x @ TOY_A[:, 1:3]) @ TOY_B[1:3, :]
+    from_one = ("count columns from 0, as the tables above do: device 2 owns A's last two columns (2 and 3) and "
+                "B's last two rows.")
+    if np.array_equal(one_based, toy_whole(x)):
+        from_one = ("That is the whole output, and also what A's columns 1-2 and B's rows 1-2 give: if you counted "
+                    "from 1, " + from_one + " If you summed both devices, the question asks for device 2's part "
+                    "alone.")
+    else:
+        from_one = "That is A's columns 1-2 and B's rows 1-2: " + from_one
+    slips = [(one_based, from_one),
+             ((x @ TOY_A[:, 2:4]) @ TOY_B[2:4, :], "You skipped ReLU: clip device 2's hidden values "
               "x A[:, 2:4] at zero before multiplying by B's rows 2 and 3."),
              (toy_split(x).contributions[0], "That is device 1's part (columns 0-1 of A, rows 0-1 of B). "
               "Device 2 owns columns 2-3 of A and rows 2-3 of B."),

@@ -245,7 +245,7 @@ def test_planted_fault_nonsense_ceiling(ceiling):
 # --- notebook 05: the toy contribution ---------------------------------------------------------
 
 @pytest.mark.parametrize("answer, words", [([4, 12], "Right"), ((4.0, 12.0), "Right"), ([9, 2], "ReLU"),
-                                           ([-1, 2], "device 1"), ([3, 14], "whole output"), ([6, 24], "wrong split"),
+                                           ([-1, 2], "device 1"), ([3, 14], "whole output"), ([3, 14], "counted from 1"), ([6, 24], "wrong split"),
                                            ([0, 0], "Step by step")])
 def test_toy_contribution(answer, words):
     assert words in ex.check_toy_contribution(answer)
