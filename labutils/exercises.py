@@ -57,30 +57,39 @@ def read_number(answer, unit: str, *, allow_inf: bool = False, allow_negative: b
     `allow_negative`) and zero (unless `allow_zero`) get a sentence naming `unit`.
     """
     never = " (math.inf for never)" if allow_inf else ""
+    number = _a_number(unit)
     if answer is None:
-        return None, f"Replace None with your answer, a number in {unit}{never}."
+        return None, f"Replace None with your answer, {number}{never}."
     if isinstance(answer, bool):
-        return None, f"{answer} is a yes/no, not a number; give a number in {unit}{never}."
+        return None, f"{answer} is a yes/no, not a number; give {number}{never}."
     if isinstance(answer, (list, tuple, dict, set, np.ndarray)):
-        return None, f"Give one number in {unit}{never}, not {type(answer).__name__} {answer!r}."
+        return None, f"Give one number{_in(unit)}{never}, not {type(answer).__name__} {answer!r}."
     try:
         value = float(answer.strip() if isinstance(answer, str) else answer)
     except (TypeError, ValueError):
-        return None, f"Give a number in {unit}{never}, not {answer!r}."
+        return None, f"Give {number}{never}, not {answer!r}."
     if math.isnan(value):
-        return None, f"NaN is not an answer; give a number in {unit}{never}."
+        return None, f"NaN is not an answer; give {number}{never}."
     if math.isinf(value) and not (allow_inf and value > 0):
-        return None, f"{answer!r} is not an answer here; give a finite number in {unit}."
+        return None, f"{answer!r} is not an answer here; give a finite number{_in(unit)}."
     if value < 0 and not allow_negative:
-        return None, f"{value:g} cannot be right: the answer is a positive number in {unit}{never}."
+        return None, f"{value:g} cannot be right: the answer is a positive number{_in(unit)}{never}."
     if value == 0 and not allow_zero:
-        return None, f"0 cannot be right: the answer is a positive number in {unit}{never}."
+        return None, f"0 cannot be right: the answer is a positive number{_in(unit)}{never}."
     return value, ""
+
+
+def _in(unit: str) -> str:
+    return f" in {unit}" if unit and unit != "x" and not unit.startswith("whole number") else ""
+
+
+def _a_number(unit: str) -> str:
+    return f"a {unit}" if unit.startswith("whole number") else f"a number{_in(unit)}"
 
 
 def read_whole(answer, what: str, low: int = 1) -> tuple[int | None, str]:
     """(a whole number >= `low`, "") or (None, one sentence). "12", 12.0 and 12 are all 12."""
-    value, hint = read_number(answer, what)
+    value, hint = read_number(answer, f"whole number of {what}")
     if value is None:
         return None, hint
     if not float(value).is_integer():
@@ -219,7 +228,7 @@ def grade(answer, right: float, slips, unit: str, how: str, *, rel_tol: float = 
         same = [t for v, t in slips if rounds_to(value, v)]
         note = (f" At the figures you gave, this slip rounds the same, so check you avoided it: {same[0]}"
                 if same else "")
-        return f"Right: {fmt(right, digits)} {unit} (you wrote {value:g}). {right_text}{note}".strip()
+        return f"Right: {fmt(right, digits)}{_in(unit)[3:] and ' ' + unit} (you wrote {value:g}). {right_text}{note}".strip()
     candidates = [(right, None)] + slips
     unit_ones = unit_slips(right, unit) if units else []
     match = nearest(value, candidates + unit_ones, rel_tol)
@@ -227,7 +236,7 @@ def grade(answer, right: float, slips, unit: str, how: str, *, rel_tol: float = 
         match = (right, None)  # a unit's slip (1.0486, 1.0737) never overrules a rounded right answer
     if match is not None and match[1] is None:
         exact = "" if value == right else f" (you wrote {value:g})"
-        return f"Right: {fmt(right, digits)} {unit}{exact}. {right_text}".strip()
+        return f"Right: {fmt(right, digits)}{_in(unit)[3:] and ' ' + unit}{exact}. {right_text}".strip()
     if match is not None:
         also = (f" (At two significant figures {value:g} could also be the right {fmt(right, digits)}: "
                 "give three to tell them apart.)" if is_close(value, right, rel_tol) else "")
@@ -249,7 +258,7 @@ def check_prediction(predicted, measured, unit: str, what: str, why: str = "", c
     to run the cell above.
     """
     if predicted is None:
-        return f"Write your prediction of {what} (a number in {unit}) before you run the measurement."
+        return f"Write your prediction of {what} ({_a_number(unit)}) before you run the measurement."
     guess, hint = read_number(predicted, unit)
     if guess is None:
         return f"Your prediction of {what}: {hint}"
@@ -260,8 +269,9 @@ def check_prediction(predicted, measured, unit: str, what: str, why: str = "", c
     if not math.isfinite(real) or real <= 0:
         return f"There is no valid measurement to compare with yet (measured = {measured!r}); run the cell above."
     if guess == 0:
-        return f"You predicted 0 {unit}; the machine measured {real:.3g} {unit}."
-    where = f"you predicted {guess:.3g} {unit}, the machine measured {real:.3g} {unit}".replace("  ", " ")
+        return f"You predicted 0; the machine measured {real:.3g} {unit}.".replace(" .", ".")
+    u = "x" if unit == "x" else f" {unit}".rstrip()
+    where = f"you predicted {guess:.3g}{u}, the machine measured {real:.3g}{u}"
     off = guess / real
     if 1 / (1 + close_within) <= off <= 1 + close_within:
         return f"Close: {where} (within {abs(off - 1):.0%})."
