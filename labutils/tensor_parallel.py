@@ -124,45 +124,6 @@ def toy_worker(ctx) -> dict:
             "contribution": contribution.cpu().tolist(), "total": total.cpu().tolist()}
 
 
-def check_toy_contribution(answer, x=((-1, 2),)) -> str:
-    """Exercise checker: device 2's contribution ReLU(x A[:, 2:4]) B[2:4, :] for a new input x.
-
-    Recognises the usual slips (no ReLU, device 1's part, the whole output, the wrong split)
-    and answers with a hint rather than right/wrong.
-    """
-    x = np.asarray(x, dtype=np.int64).reshape(1, 2)
-    if answer is None:
-        return "Replace None with device 2's contribution, two numbers such as [a, b]."
-    try:
-        got = np.asarray(answer, dtype=float).reshape(-1)
-    except (TypeError, ValueError):
-        return f"Give two numbers, e.g. [a, b]; got {answer!r}."
-    if got.size != 2:
-        return f"Device 2's contribution is a 1x2 row (two numbers); got {got.size} number(s)."
-    right = toy_split(x).contributions[1].reshape(-1)
-    if np.array_equal(got, right):
-        other = toy_split(x).contributions[0].reshape(-1).tolist()
-        return (f"Right: {right.tolist()}. Add device 1's {other} and you "
-                f"get the whole output {toy_whole(x).reshape(-1).tolist()}, which is what the all-reduce delivers.")
-    slips = {
-        "no_relu": ((x @ TOY_A[:, 2:4]) @ TOY_B[2:4, :], "You skipped ReLU: clip device 2's hidden values "
-                    "x A[:, 2:4] at zero before multiplying by B's rows 2 and 3."),
-        "device1": (toy_split(x).contributions[0], "That is device 1's part (columns 0-1 of A, rows 0-1 of B). "
-                    "Device 2 owns columns 2-3 of A and rows 2-3 of B."),
-        "whole": (toy_whole(x), "That is the whole output, the sum after the all-reduce; the question asks "
-                  "for device 2's part alone."),
-        "wrong": (toy_wrong_split(x).contributions[1], "That is the wrong split (A cut by rows): device 2 would "
-                  "hold partial pre-activations, and ReLU of a partial sum is not a part of ReLU of the sum."),
-        "columns": (relu(x @ TOY_A[:, 2:4]) @ TOY_B[:2, :], "Use B's rows 2 and 3, the rows that meet device 2's "
-                    "hidden columns, not rows 0 and 1."),
-    }
-    for expected, hint in slips.values():
-        if np.array_equal(got, np.asarray(expected).reshape(-1)):
-            return hint
-    return (f"Not quite ({got.tolist()}). Step by step: h = x A[:, 2:4] (two numbers), clip at zero, "
-            "then h B[2:4, :] (two numbers).")
-
-
 # --- 2. the Megatron-style MLP block ----------------------------------------------------------------
 
 DTYPES = ("float64", "float32", "bfloat16", "float16")  # the layer's dtypes (names: labutils.busbw)
