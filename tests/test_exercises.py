@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from labutils import budget as bm
-from labutils import hardware_ratio as hr
 from labutils import exercises as ex
+from labutils import hardware_ratio as hr
 from labutils import pcie
 from labutils.doctor import read_facts
 from labutils.results import DATA_DIR
