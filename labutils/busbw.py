@@ -133,27 +133,3 @@ def sweep_sizes(min_bytes, max_bytes, factor: int = 2) -> list[int]:
     while sizes[-1] * factor <= hi:
         sizes.append(sizes[-1] * factor)
     return sizes
-
-
-def as_answer(value, unit: str) -> tuple[float | None, str]:
-    """(value as float, "") for an exercise answer, or (None, a hint asking for a number in `unit`)."""
-    try:
-        return float(value), ""
-    except (TypeError, ValueError):
-        return None, f"Give a number in {unit}, not {value!r}."
-
-
-def check_busbw(answer_GBps: float, op: str, size_bytes: float, time_us: float, world_size: int) -> str:
-    """Exercise checker: the bus bandwidth of one row, from its size, time and world size."""
-    algbw, busbw = bandwidths_GBps(op, size_bytes, time_us, world_size)
-    answer, hint = as_answer(answer_GBps, "GB/s")
-    if answer is None:
-        return hint
-    if math.isclose(answer, busbw, rel_tol=0.01):
-        return f"Right: busbw = {busbw:.3g} GB/s (algbw {algbw:.3g} GB/s times {bus_factor(op, world_size):.3g})."
-    if math.isclose(answer, algbw, rel_tol=0.01):
-        return f"That is algbw = size / time. Multiply by the {op} factor for N = {world_size}."
-    if math.isclose(answer, busbw * 1.024**3, rel_tol=0.01) or math.isclose(answer, busbw / 1.024**3, rel_tol=0.01):
-        return "Close, but GB/s here is decimal: 1e9 bytes per second, not 1024^3."
-    return (f"Not quite ({answer:.3g}). algbw = size_bytes / (time_us * 1e-6) / 1e9 GB/s; "
-            f"then busbw = algbw * factor, the factor of {op} on {world_size} ranks.")

@@ -22,7 +22,7 @@ COMMAND_MODULES = [
     "labutils.doctor",
     "labutils.nccl_debug",
     "labutils.budget_cli",
-    "labutils.tensor_parallel",
+    "labutils.megatron",
     "labutils.runner",
     "labutils.lab",
 ]

@@ -268,5 +268,3 @@ def time_breakdown(summary: pd.DataFrame) -> pd.DataFrame:
                                              "optimizer"]].sum(axis=1)
     out["step_ms"] = summary["step_ms"]
     return out.set_index("label")
-
-

@@ -22,7 +22,6 @@ import pandas as pd
 from labutils.busbw import bus_factor, element_bytes
 from labutils.fit import CurvePrediction, allreduce_ms, interpolate_time_us
 from labutils.inputs import check_choice, check_int, check_range
-from labutils.units import format_size
 
 FIRST_BUCKET_MB = 1.0  # DDP puts the last layers' gradients into a small first bucket (1 MiB)
 
@@ -255,40 +254,6 @@ def max_hidden_gradient_bytes(backward_ms, busbw_GBps, world_size, alpha_us=0.0,
     with np.errstate(divide="ignore"):
         out = np.where(factor > 0, room_ms * np.asarray(busbw_GBps, float) * 1e6 / np.where(factor > 0, factor, 1), math.inf)
     return float(out) if out.ndim == 0 else out
-
-
-def check_hidden_gradient(answer_bytes: float, backward_ms: float, busbw_GBps: float, world_size: int,
-                          compute_ms: float | None = None, rel_tol: float = 0.05) -> str:
-    """Exercise: the largest gradient that ideal overlap hides completely. Returns a hint."""
-    right = max_hidden_gradient_bytes(backward_ms, busbw_GBps, world_size)
-    close = lambda value: abs(answer_bytes - value) <= rel_tol * value  # noqa: E731
-    if close(right):
-        return (f"Right: about {format_size(right)}B ({right:.3g} bytes). A larger gradient leaves part of its "
-                "all-reduce exposed even with perfect overlap.")
-    if close(right * bus_factor("all_reduce", world_size)):
-        return ("You let the whole buffer cross the link at busbw. Each rank moves 2(N-1)/N of it: "
-                "divide by that factor.")
-    if compute_ms and close(right * compute_ms / backward_ms):
-        return ("Only the backward pass can hide the all-reduce: DDP sends a bucket once its gradients "
-                "exist, and they exist only during backward. Use the backward time, not the whole step.")
-    if close(right * 1e3) or close(right / 1e3):
-        return "Check the units: busbw in GB/s is 1e9 bytes per second, and backward is in milliseconds."
-    return (f"Not yet ({answer_bytes:.3g} bytes). Set the all-reduce time 2(N-1)/N x V / busbw equal to "
-            "the backward time and solve for V.")
-
-
-def check_min_busbw(answer_GBps: float, gradient_bytes: float, compute_ms: float, world_size: int,
-                    efficiency: float = 0.9, rel_tol: float = 0.05) -> str:
-    """Exercise: the slowest link that keeps a weak-scaling efficiency without overlap. Returns a hint."""
-    right = min_busbw_for_efficiency(gradient_bytes, compute_ms, world_size, efficiency)
-    if abs(answer_GBps - right) <= rel_tol * right:
-        return f"Right: at least {right:.3g} GB/s; any slower link drops below {efficiency:.0%}."
-    got = predicted_efficiency(gradient_bytes, answer_GBps, compute_ms, world_size) if answer_GBps > 0 else 0.0
-    if answer_GBps < right:
-        return (f"Too slow: at {answer_GBps:g} GB/s the efficiency is {got:.0%}. Solve c / (c + comm) = "
-                f"{efficiency:g} for comm first, then the bandwidth that moves 2(N-1)/N x bytes in that time.")
-    return (f"That link is enough ({got:.0%}), but slower ones are too: the question asks for the smallest. "
-            "Set c / (c + comm) equal to the target and solve for the bandwidth.")
 
 
 DEFAULT_BUCKET_MB = 25.0  # DDP's default bucket_cap_mb

@@ -42,7 +42,6 @@ from pathlib import Path
 from labutils import copies as live_copies
 from labutils import pcie as live_pcie
 from labutils import topology as live_readers
-from labutils.busbw import as_answer
 from labutils.fit import crossover_bytes, fit_alpha_beta
 from labutils.inputs import LabInputError, check_range
 from labutils.links import LinkFigure, link_figure
@@ -977,73 +976,6 @@ def case_command(name: str) -> str:
         if c.get(key) is not None:
             parts.append(f"{flag} {c[key]}")
     return " ".join(parts)
-
-
-# ---- the exercise: find the planted fault before the doctor does --------------------------------
-
-EXERCISE_CASE = "exercise_downtrained"
-
-
-def _exercise_truth(case: str) -> dict:
-    """The planted GPU, its nearest neighbour, and the pair's band now and at full speed."""
-    inputs = case_inputs(case)
-    topo, facts = inputs["topo"], inputs["facts"]
-    planted = next(f for f in facts.gpus if (f.pcie_gen or 0) < (f.pcie_gen_max or 0)
-                   or (f.pcie_width or 0) < (f.pcie_width_max or 0))
-    gpu = planted.index
-    partner = max((j for j in range(len(topo.gpus)) if j != gpu), key=lambda j: (classify(topo.link(gpu, j))[0], -j))
-    now = diagnose(**{**inputs, "gpus": (gpu, partner), "measurement": None})
-    full = path_band(topo.link(gpu, partner), planted.pcie_gen_max, planted.pcie_width_max)
-    return {"gpu": gpu, "partner": partner, "high": now.expected_GBps[1], "low": now.expected_GBps[0],
-            "full": full.high_GBps, "planted": planted, "facts": facts}
-
-
-def _as_gpu(value) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        text = value.strip().upper().removeprefix("GPU")
-        return int(text) if text.isdigit() else None
-    if isinstance(value, (int, float)) and math.isfinite(value) and float(value).is_integer():
-        return int(value)
-    return None
-
-
-def check_planted_fault(gpu, ceiling_GBps=None, case: str = EXERCISE_CASE) -> str:
-    """Exercise checker: which GPU's link was planted downtrained in `case`, and what is now the
-    most busbw (the band's high end, GB/s) a 2-GPU job between it and its nearest neighbour can
-    reach? Answers with a hint; None, text and NaN get a sentence, never an exception."""
-
-    t = _exercise_truth(case)
-    facts, planted, n = t["facts"], t["planted"], len(t["facts"].gpus)
-    index = _as_gpu(gpu)
-    if index is None:
-        return (f"Give the GPU's index as a whole number (0 to {n - 1}), not {gpu!r}: find the row of the table "
-                "where pcie_gen is below pcie_gen_max, or pcie_width below pcie_width_max.")
-    if not 0 <= index < n:
-        return f"There is no GPU{index} in this sample: its GPUs are GPU0..GPU{n - 1}."
-    if index != t["gpu"]:
-        f = facts.gpus[index]
-        return (f"Not yet: GPU{index} runs gen {f.pcie_gen} of {f.pcie_gen_max} at x{f.pcie_width} of "
-                f"x{f.pcie_width_max}, as it should. Compare the current and maximum columns row by row.")
-    found = (f"Right GPU: GPU{index} runs PCIe gen {planted.pcie_gen} of its maximum {planted.pcie_gen_max} "
-             f"(x{planted.pcie_width} of x{planted.pcie_width_max}).")
-    if ceiling_GBps is None:
-        return found + (f" Now the ceiling: what is the most busbw GPU{index} and its neighbour GPU{t['partner']} "
-                        "can reach now (the high end of the link table's band, in GB/s)?")
-    answer, _hint = as_answer(ceiling_GBps, "GB/s")
-    if answer is None or not math.isfinite(answer):
-        return found + f" Give the ceiling as a number in GB/s, not {ceiling_GBps!r}."
-    if math.isclose(answer, t["high"], rel_tol=0.03):
-        return (found + f" And {t['high']:g} GB/s is right: the PCIe {planted.pcie_gen}.0 x{planted.pcie_width} "
-                "band's high end. Now run the doctor on it and compare.")
-    if math.isclose(answer, t["full"], rel_tol=0.03):
-        return found + (f" But {answer:g} GB/s is what the link carries at gen {planted.pcie_gen_max}; it trained "
-                        f"at gen {planted.pcie_gen}. Look up that row of the link table.")
-    if math.isclose(answer, t["low"], rel_tol=0.03):
-        return found + f" {answer:g} GB/s is the band's low (typical) end; the question asks for its high end."
-    return found + (f" {answer:g} GB/s is not the ceiling: take the link table's PCIe {planted.pcie_gen}.0 x16 row "
-                    f"(its high end) and scale it by the width, x{planted.pcie_width} / x16.")
 
 
 # ---- live readings (thin) ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from labutils.busbw import as_answer, bus_factor
+from labutils.busbw import bus_factor
 from labutils.inputs import LabInputError, check_range
 from labutils.units import format_size
 
@@ -282,22 +282,3 @@ def interpolate_time_us(frame: pd.DataFrame, size_bytes, column: str = "time_us"
     out = np.where(want > s[-1], t[-1] * want / s[-1], np.where(want < s[0], t[0], inside))
     beyond = (want > s[-1] * (1 + EDGE_SLACK)) | (want < s[0] / (1 + EDGE_SLACK))
     return CurvePrediction(want, out, beyond, int(s[0]), int(s[-1]))
-
-
-
-def check_allreduce_prediction(answer_ms: float, size_bytes: float, world_size: int, busbw_GBps: float) -> str:
-    """Exercise checker: the bandwidth-only all-reduce time 2(N-1)/N * bytes / busbw, in ms."""
-    expected = allreduce_ms(size_bytes, world_size, busbw_GBps)
-    answer, hint = as_answer(answer_ms, "milliseconds")
-    if answer is None:
-        return hint
-    if math.isclose(answer, expected, rel_tol=0.02):
-        return f"Right: {expected:.2f} ms. Doubling N from here barely changes it: the factor tends to 2."
-    bare = size_bytes / (busbw_GBps * 1e6)
-    if math.isclose(answer, bare, rel_tol=0.02):
-        return (f"{answer:.2f} ms is bytes / busbw alone; multiply by the ring factor 2(N-1)/N = "
-                f"{bus_factor('all_reduce', world_size):.3f}.")
-    if math.isclose(answer, expected * 1e3, rel_tol=0.02) or math.isclose(answer, expected / 1e3, rel_tol=0.02):
-        return "Check your units: GB/s is 1e9 bytes per second, and the answer is wanted in milliseconds."
-    return (f"Not quite ({answer:.3g} ms). Compute factor = 2(N-1)/N, then factor * bytes / (busbw * 1e9) "
-            "seconds, then convert to ms.")

@@ -28,10 +28,25 @@ from dataclasses import astuple, dataclass
 
 import pandas as pd
 
-from labutils.tensor_parallel import (DTYPES, MLPWeights, as_size, compare, dist_world_size,
-                                      mlp_block, mlp_input, mlp_weights, serial_tail, shard, split_columns,
-                                      tolerance)
-from labutils.validate import LabInputError, check_choice, check_int
+from labutils.buffers import torch_dtype
+from labutils.inputs import LabInputError, check_choice, check_int
+from labutils.launch import launch, resolve_backend
+from labutils.tensor_parallel import (
+    DTYPES,
+    MLPWeights,
+    as_size,
+    compare,
+    dist_world_size,
+    mlp_block,
+    mlp_input,
+    mlp_partial,
+    mlp_weights,
+    run_tp_check,
+    serial_tail,
+    shard,
+    split_columns,
+    tolerance,
+)
 
 # --- 1. f and g -------------------------------------------------------------------------------------
 
@@ -115,7 +130,6 @@ def split_mlp_block(x, w: MLPWeights, activation: str = "relu", log: list | None
     `use_f=False` leaves f out (the mistake to see): the forward pass and the weights' gradients
     are unchanged, but dL/dx is then only this rank's partial sum.
     """
-    from labutils.tensor_parallel import mlp_partial
 
     return serial_tail(x, g(mlp_partial(f(x, log) if use_f else x, w, activation), log), w.b2)
 
@@ -138,7 +152,6 @@ def attention_weights(hidden: int, seed: int = 0, dtype: str = "float32", device
     """Deterministic attention weights from `seed`, scaled 1/sqrt(hidden); drawn in float64, then cast."""
     import torch
 
-    from labutils.collectives import torch_dtype
 
     gen = torch.Generator().manual_seed(seed + 2_000_003)
     mats = [torch.randn(hidden, hidden, generator=gen, dtype=torch.float64) / math.sqrt(hidden) for _ in range(4)]
@@ -176,7 +189,6 @@ def layer(x, attn: AttentionWeights, mlp: MLPWeights, heads: int, activation: st
 
     With whole weights on one rank, f and g do nothing but log: the layer is the reference.
     """
-    from labutils.tensor_parallel import mlp_partial
 
     head_dim = x.shape[1] // heads
     h = serial_tail(x, g(attention_partial(f(x, log), attn, head_dim), log), attn.bo)
@@ -274,7 +286,6 @@ def run_backward_check(nproc: int = 2, size=(8, 64), dtypes=("float32",), seed: 
                        device: str = "cpu", activation: str = "relu", timeout_s: float = 120.0,
                        use_f: bool = True) -> pd.DataFrame:
     """Launch `backward_check_worker` on `nproc` ranks; one row per (dtype, tensor, rank)."""
-    from labutils.launch import launch
 
     dtypes = (dtypes,) if isinstance(dtypes, str) else tuple(dtypes)
     for d in dtypes:
@@ -316,7 +327,6 @@ def layer_step_worker(ctx, size=(8, 64), heads: int = 4, seed: int = 0, activati
 
 def _local_layer(x, attn: AttentionWeights, mlp: MLPWeights, heads: int, activation: str):
     """The whole layer without f and g (nothing to sum): the reference on one rank."""
-    from labutils.tensor_parallel import mlp_partial
 
     h = serial_tail(x, attention_partial(x, attn, x.shape[1] // heads), attn.bo)
     return serial_tail(h, mlp_partial(h, mlp, activation), mlp.b2)
@@ -325,7 +335,6 @@ def _local_layer(x, attn: AttentionWeights, mlp: MLPWeights, heads: int, activat
 def run_layer_step(nproc: int = 2, size=(8, 64), heads: int = 4, seed: int = 0, backend: str = "gloo",
                    device: str = "cpu", timeout_s: float = 120.0) -> list[dict]:
     """Launch `layer_step_worker` on `nproc` ranks; one dict per rank (see the worker)."""
-    from labutils.launch import launch
 
     size = as_size(size)
     heads = check_int("heads", heads, low=1, high=size.hidden)
@@ -346,3 +355,44 @@ def backward_report(frame: pd.DataFrame) -> str:
              f"a layer of attention + MLP makes {allreduces_per_step()})"]
     return "\n".join(lines)
 
+
+# --- the command line: tp-check runs the forward check (tensor_parallel) and the backward one (here) ------------------------------------------------------------------------------
+
+def _cli(args) -> int:
+
+    dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
+    for d in dtypes:
+        check_choice("dtypes", d, DTYPES)
+    choice = resolve_backend(args.backend, args.device, args.nproc)
+    frame = run_tp_check(args.nproc, (args.batch, args.hidden), dtypes, args.seed, choice.backend, choice.device,
+                         timeout_s=args.timeout_s)
+    print(f"{args.nproc} ranks, {choice.backend} on {choice.device}: split MLP block {args.batch}x{args.hidden} "
+          "against the whole block")
+    print("forward: the output")
+    print(frame[["dtype", "rank", "max_abs", "max_rel", "tolerance", "ok"]].to_string(index=False))
+    grads = run_backward_check(args.nproc, (args.batch, args.hidden), dtypes, args.seed, choice.backend,
+                               choice.device, timeout_s=args.timeout_s)
+    print("backward (f and g): dL/dx and every weight's gradient, this rank's shard against the whole block's")
+    print(backward_report(grads))
+    ok = bool(frame["ok"].all() and grads["ok"].all())
+    print("PASS" if ok else "FAIL: a split differs from the whole by more than its tolerance")
+    return 0 if ok else 1
+
+
+def add_cli(sub) -> None:
+    """`python -m labutils tp-check [--nproc 2] [--dtypes float32,bfloat16] ...`"""
+    parser = sub.add_parser("tp-check", help="run the column/row-parallel MLP block on N ranks and check it",
+                            description="Run the Megatron-style MLP block split over N local ranks (one "
+                                        "all-reduce) and compare every rank's output with the whole block "
+                                        "within the dtype's tolerance; then forward and backward with "
+                                        "Megatron's f and g, comparing the input's and every weight's "
+                                        "gradient. Exit status 1 when one differs.")
+    parser.add_argument("--nproc", type=int, default=2, help="ranks (must divide 4 * hidden) [2]")
+    parser.add_argument("--batch", type=int, default=8, help="rows of the input [8]")
+    parser.add_argument("--hidden", type=int, default=64, help="hidden width; the MLP is 4x wider [64]")
+    parser.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated dtypes [float32,bfloat16]")
+    parser.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout-s", type=float, default=120.0)
+    parser.set_defaults(func=_cli)

@@ -299,7 +299,6 @@ def compare_with_sweep(log_frame: pd.DataFrame, sweep_frame: pd.DataFrame) -> pd
     return both
 
 
-
 # --- command line ------------------------------------------------------------------------------------
 
 def add_cli(subparsers) -> None:

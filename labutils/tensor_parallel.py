@@ -28,7 +28,7 @@ import pandas as pd
 from labutils.buffers import torch_dtype
 from labutils.busbw import element_bytes
 from labutils.inputs import LabInputError, check_choice, check_int
-from labutils.launch import launch, resolve_backend
+from labutils.launch import launch
 from labutils.timing import SectionTimer
 
 # --- 1. the toy split (exact integers) ----------------------------------------------------------
@@ -122,45 +122,6 @@ def toy_worker(ctx) -> dict:
     dist.all_reduce(total)
     return {"rank": ctx.rank, "columns": (cols.start, cols.stop), "pre_activation": part.pre_activations[0].tolist(),
             "contribution": contribution.cpu().tolist(), "total": total.cpu().tolist()}
-
-
-def check_toy_contribution(answer, x=((-1, 2),)) -> str:
-    """Exercise checker: device 2's contribution ReLU(x A[:, 2:4]) B[2:4, :] for a new input x.
-
-    Recognises the usual slips (no ReLU, device 1's part, the whole output, the wrong split)
-    and answers with a hint rather than right/wrong.
-    """
-    x = np.asarray(x, dtype=np.int64).reshape(1, 2)
-    if answer is None:
-        return "Replace None with device 2's contribution, two numbers such as [a, b]."
-    try:
-        got = np.asarray(answer, dtype=float).reshape(-1)
-    except (TypeError, ValueError):
-        return f"Give two numbers, e.g. [a, b]; got {answer!r}."
-    if got.size != 2:
-        return f"Device 2's contribution is a 1x2 row (two numbers); got {got.size} number(s)."
-    right = toy_split(x).contributions[1].reshape(-1)
-    if np.array_equal(got, right):
-        other = toy_split(x).contributions[0].reshape(-1).tolist()
-        return (f"Right: {right.tolist()}. Add device 1's {other} and you "
-                f"get the whole output {toy_whole(x).reshape(-1).tolist()}, which is what the all-reduce delivers.")
-    slips = {
-        "no_relu": ((x @ TOY_A[:, 2:4]) @ TOY_B[2:4, :], "You skipped ReLU: clip device 2's hidden values "
-                    "x A[:, 2:4] at zero before multiplying by B's rows 2 and 3."),
-        "device1": (toy_split(x).contributions[0], "That is device 1's part (columns 0-1 of A, rows 0-1 of B). "
-                    "Device 2 owns columns 2-3 of A and rows 2-3 of B."),
-        "whole": (toy_whole(x), "That is the whole output, the sum after the all-reduce; the question asks "
-                  "for device 2's part alone."),
-        "wrong": (toy_wrong_split(x).contributions[1], "That is the wrong split (A cut by rows): device 2 would "
-                  "hold partial pre-activations, and ReLU of a partial sum is not a part of ReLU of the sum."),
-        "columns": (relu(x @ TOY_A[:, 2:4]) @ TOY_B[:2, :], "Use B's rows 2 and 3, the rows that meet device 2's "
-                    "hidden columns, not rows 0 and 1."),
-    }
-    for expected, hint in slips.values():
-        if np.array_equal(got, np.asarray(expected).reshape(-1)):
-            return hint
-    return (f"Not quite ({got.tolist()}). Step by step: h = x A[:, 2:4] (two numbers), clip at zero, "
-            "then h B[2:4, :] (two numbers).")
 
 
 # --- 2. the Megatron-style MLP block ----------------------------------------------------------------
@@ -453,47 +414,3 @@ def median_times(samples: list[StepTimes]) -> dict:
     """Median of each part over repetitions; `total_ms` is the median total (parts then need not sum)."""
     frame = pd.DataFrame([s.__dict__ for s in samples])
     return {col: float(frame[col].median()) for col in frame.columns}
-
-
-# --- 5. the command line ------------------------------------------------------------------------------
-
-def _cli(args) -> int:
-
-    dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
-    for d in dtypes:
-        check_choice("dtypes", d, DTYPES)
-    choice = resolve_backend(args.backend, args.device, args.nproc)
-    frame = run_tp_check(args.nproc, (args.batch, args.hidden), dtypes, args.seed, choice.backend, choice.device,
-                         timeout_s=args.timeout_s)
-    print(f"{args.nproc} ranks, {choice.backend} on {choice.device}: split MLP block {args.batch}x{args.hidden} "
-          "against the whole block")
-    print("forward: the output")
-    print(frame[["dtype", "rank", "max_abs", "max_rel", "tolerance", "ok"]].to_string(index=False))
-    from labutils.megatron import backward_report, run_backward_check
-
-    grads = run_backward_check(args.nproc, (args.batch, args.hidden), dtypes, args.seed, choice.backend,
-                               choice.device, timeout_s=args.timeout_s)
-    print("backward (f and g): dL/dx and every weight's gradient, this rank's shard against the whole block's")
-    print(backward_report(grads))
-    ok = bool(frame["ok"].all() and grads["ok"].all())
-    print("PASS" if ok else "FAIL: a split differs from the whole by more than its tolerance")
-    return 0 if ok else 1
-
-
-def add_cli(sub) -> None:
-    """`python -m labutils tp-check [--nproc 2] [--dtypes float32,bfloat16] ...`"""
-    parser = sub.add_parser("tp-check", help="run the column/row-parallel MLP block on N ranks and check it",
-                            description="Run the Megatron-style MLP block split over N local ranks (one "
-                                        "all-reduce) and compare every rank's output with the whole block "
-                                        "within the dtype's tolerance; then forward and backward with "
-                                        "Megatron's f and g, comparing the input's and every weight's "
-                                        "gradient. Exit status 1 when one differs.")
-    parser.add_argument("--nproc", type=int, default=2, help="ranks (must divide 4 * hidden) [2]")
-    parser.add_argument("--batch", type=int, default=8, help="rows of the input [8]")
-    parser.add_argument("--hidden", type=int, default=64, help="hidden width; the MLP is 4x wider [64]")
-    parser.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated dtypes [float32,bfloat16]")
-    parser.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout-s", type=float, default=120.0)
-    parser.set_defaults(func=_cli)

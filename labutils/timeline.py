@@ -36,7 +36,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from labutils.validate import LabInputError, check_int
+from labutils.ddp_step import build_mlp, rank_slice, synthetic_batch
+from labutils.inputs import LabInputError, check_int, check_range
+from labutils.launch import launch
+from labutils.plots import new_figure
+from labutils.results import _reserve, results_dir, utc_stamp, write_atomic
+from labutils.tensor_parallel import as_size, mlp_input, mlp_weights, shard, split_columns
+from labutils.timing import barrier, is_cuda, synchronize
+from labutils.validation import overlap_step
 
 STEP_MARK = "lab:step"
 KINDS = ("compute", "communication", "copy")  # drawn; everything else is "other"
@@ -60,7 +67,6 @@ def profile_step(step, device: str = "cpu", warmup: int = 2) -> dict:
     """
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from labutils.timing import barrier, is_cuda, synchronize
 
     warmup = check_int("warmup", warmup, low=0, high=100)
     for _ in range(warmup):
@@ -92,7 +98,6 @@ def ddp_step_worker(ctx, width: int = 256, depth: int = 4, batch_per_rank: int =
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.profiler import record_function
 
-    from labutils.data_parallel import build_mlp, rank_slice, synthetic_batch
 
     model = build_mlp(width, depth, seed).to(ctx.device)
     ids = [torch.device(ctx.device).index] if ctx.device.startswith("cuda") else None
@@ -118,9 +123,7 @@ def overlap_step_worker(ctx, size=(32, 256), chunks: int = 4, warmup: int = 2, s
                         activation: str = "relu") -> dict:
     """One step of notebook 07's chunked split layer (labutils.validation.overlap_step) recorded on
     this rank: chunk i's all-reduce is started asynchronously while chunk i+1 computes."""
-    from labutils.tensor_parallel import as_size, mlp_input, mlp_weights, shard
     from labutils.timing import SectionTimer
-    from labutils.validation import overlap_step
 
     size = as_size(size)
     part = shard(mlp_weights(size.hidden, size.ffn, seed, "float32", ctx.device), ctx.rank, ctx.world_size)
@@ -142,15 +145,11 @@ def merge_traces(traces: list[dict]) -> dict:
     merged = []
     for rank, trace in enumerate(traces):
         pids: dict = {}
-
-        def new_pid(p):
-            return pids.setdefault(p, rank * 1000 + len(pids))
-
         for event in trace.get("traceEvents", []):
             e = dict(event)
             old_pid = e.get("pid")
             if old_pid is not None:
-                e["pid"] = new_pid(old_pid)
+                e["pid"] = pids.setdefault(old_pid, rank * 1000 + len(pids))
             if isinstance(e.get("id"), int):
                 e["id"] = e["id"] + (rank << 40)
             args = dict(e.get("args") or {})
@@ -329,7 +328,6 @@ class Timeline:
 
 
 def _record(worker, nproc: int, kwargs: dict, backend: str, device: str, timeout_s: float, what: str) -> Timeline:
-    from labutils.launch import launch
 
     nproc = check_int("nproc", nproc, low=1, high=64)
     per_rank = launch(worker, nproc, kwargs=kwargs, backend=backend, device=device, timeout_s=timeout_s)
@@ -341,7 +339,6 @@ def record_ddp_step(width: int = 256, depth: int = 4, batch_per_rank: int = 32, 
                     nproc: int = 2, backend: str = "gloo", device: str = "cpu", warmup: int = 2,
                     timeout_s: float = 120.0) -> Timeline:
     """Record one DDP training step on `nproc` ranks (see ddp_step_worker)."""
-    from labutils.validate import check_range
 
     check_int("width", width, low=1, high=65536)
     check_int("depth", depth, low=1, high=64)
@@ -357,7 +354,6 @@ def record_ddp_step(width: int = 256, depth: int = 4, batch_per_rank: int = 32, 
 def record_overlap_step(size=(32, 256), chunks: int = 4, nproc: int = 2, backend: str = "gloo", device: str = "cpu",
                         warmup: int = 2, timeout_s: float = 120.0) -> Timeline:
     """Record one chunked split-layer step (notebook 07's overlap) on `nproc` ranks."""
-    from labutils.tensor_parallel import as_size, split_columns
 
     size = as_size(size)
     chunks = check_int("chunks", chunks, low=1, high=size.batch)
@@ -374,7 +370,6 @@ def save_trace(trace: dict, kind: str = "timeline", directory: str | os.PathLike
     `directory` defaults to the `traces` folder inside the results folder (labutils.results:
     $LAB_RESULTS_DIR, else data/results). Open the file in https://ui.perfetto.dev ("Open trace file").
     """
-    from labutils.results import _reserve, results_dir, utc_stamp, write_atomic
 
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", kind):
         raise LabInputError(f"kind={kind!r} must be letters, digits, '.', '_' or '-'")
@@ -393,7 +388,6 @@ def draw(events: pd.DataFrame, ax=None, title: str = "One step, lane by lane"):
     """One row per (rank, lane), bars where compute / communication / copy ran (ms from the step's start)."""
     from matplotlib.patches import Patch
 
-    from labutils.plots import new_figure
 
     shown = events[events["kind"].isin(KINDS)]
     lanes = sorted({(int(r), str(lane)) for r, lane in zip(shown["rank"], shown["lane"])},

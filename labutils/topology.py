@@ -416,32 +416,6 @@ def group_bottleneck(topo: Topology, gpus, pcie_gen: int = DEFAULT_PCIE_GEN) -> 
     return choose_pair(topo, gpus, pcie_gen).worst
 
 
-def check_pair_choice(sample: str, pair, busbw_GBps: float | None = None) -> str:
-    """Exercise checker: is `pair` (two GPU indices) a best pair for a 2-GPU job on `sample`, and
-    is `busbw_GBps` inside the expected range of its path? Returns a hint, not just yes/no."""
-    topo, gen = load_sample(sample), sample_pcie_gen(sample)
-    try:
-        a, b = pair
-        mine = pair_path(topo, a, b, gen)
-    except (TypeError, ValueError) as exc:
-        return f"Not yet: give two different GPU indices of {sample}, e.g. (0, 1). ({exc})"
-    best = choose_pair(topo, pcie_gen=gen).best
-    if mine.rank < best.rank:
-        return (f"Not yet: {mine.a}-{mine.b} reads {mine.code} ({mine.path_class}). Some pair on this "
-                f"machine is joined by a faster code; in the legend's order NV# > PIX > PXB > PHB > NODE > SYS. "
-                f"Scan the rows for the best code you can find.")
-    text = f"Good pair: {mine.a}-{mine.b} reads {mine.code}, {mine.path_class}, the fastest path here."
-    if busbw_GBps is None:
-        return text + " Now estimate the busbw you expect from the link table (in GB/s)."
-    if busbw_GBps > mine.high_GBps:
-        return (text + f" But {busbw_GBps:g} GB/s is above what the path can carry per direction "
-                f"({mine.high_GBps:g} GB/s, {mine.reference}); busbw cannot beat the wire.")
-    if busbw_GBps < 0.5 * mine.low_GBps:
-        return (text + f" {busbw_GBps:g} GB/s is very pessimistic: look up {mine.reference} in the "
-                f"link table; a clean path gets near its low figure or better.")
-    return text + f" {busbw_GBps:g} GB/s is a sound expectation (table: {mine.low_GBps:g}-{mine.high_GBps:g} GB/s, {mine.reference})."
-
-
 # ---- NVML facts (GPU machines) ------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -438,39 +438,3 @@ def summary_table(link, table: pd.DataFrame, measured: BreakEven, predicted: Bre
                                        f"(eta {best.eta:.2f})"),
              ("median |prediction error| of T2", f"{100 * float(np.median(np.abs(table['rel_error']))):.1f}%")]
     return pd.DataFrame(items, columns=["quantity", "value"])
-
-
-def check_t2_prediction(answer_ms, inputs: BudgetInputs) -> str:
-    """Exercise checker: T2 = S + C/(2 eta) + Q (latency + V/B), in ms, from a table row's inputs.
-
-    Names the usual slips: eta left out, latency or the bandwidth term left out, S left out,
-    V/B off by 1000 (seconds or microseconds taken for ms).
-    """
-    try:
-        got = float(answer_ms)
-    except (TypeError, ValueError):
-        return f"Give a number of milliseconds; got {answer_ms!r}."
-    S, C, eta, Q, lat, V, B = inputs.S_ms, inputs.C_ms, inputs.eta, inputs.Q, inputs.latency_ms, \
-        inputs.volume_bytes, inputs.bandwidth_GBps
-    wire_ms = V / (B * 1e9) * 1e3
-    right = S + C / (2 * eta) + Q * (lat + wire_ms)
-    if math.isclose(got, right, rel_tol=0.01):
-        return (f"Right: {right:.3f} ms, of which {Q * (lat + wire_ms):.3f} ms is communication; "
-                f"the one-rank time is {S + C:.3f} ms.")
-    slips = [
-        (S + C / 2 + Q * (lat + wire_ms), f"You used C/2: divide by 2 eta (eta = {eta:.2f}), the split's halves "
-                                          "do not run at full efficiency."),
-        (S + C / (2 * eta) + Q * wire_ms, "The latency is missing: every all-reduce pays it once, whatever its "
-                                          "size."),
-        (S + C / (2 * eta) + Q * lat, "The bandwidth term V/B is missing (or came out in seconds): V bytes at "
-                                      "B GB/s take V / (B 1e9) s, that is V / (B 1e6) ms."),
-        (C / (2 * eta) + Q * (lat + wire_ms), "S is missing: the serial work is in T2 too."),
-        (S + C / (2 * eta) + Q * (lat + wire_ms * 1e3), "V/B came out 1000 times too large: V / (B 1e9) is in "
-                                                        "seconds, V / (B 1e6) in ms."),
-        (S + C / (2 * eta), "The communication is missing: Q (latency + V/B)."),
-    ]
-    for value, hint in slips:
-        if math.isclose(got, value, rel_tol=0.01):
-            return hint
-    return (f"Not quite ({got:.4g} ms). Add three parts: S, C / (2 eta), and Q (latency + V / B) with V/B "
-            "converted to ms.")

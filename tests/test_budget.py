@@ -212,26 +212,3 @@ def test_cases_table_lists_every_case():
     assert list(table.index) == [c["name"] for c in CASES]
     assert table.loc["base case", "T2 (ms)"] == pytest.approx(9.22)
     assert table.loc["large serial part, S = 100 ms", "speedup"] == pytest.approx(112 / 108.42)
-
-
-def test_check_break_even_answers_with_hints():
-    params = {"Q": 1, "volume_bytes": 8_000_000}
-    right = bm.break_even_C_ms(0.8, 1, 0.03, 8e6, 10.0)
-    assert bm.check_break_even(right, **params).startswith("Right")
-    assert "Replace None" in bm.check_break_even(None, **params)
-    assert "that is H" in bm.check_break_even(bm.comm_ms(1, 0.03, 8e6, 10.0), **params)
-    assert "startup" in bm.check_break_even(bm.break_even_C_ms(0.8, 1, 0.0, 8e6, 10.0), **params)
-    assert "base case" in bm.check_break_even(2.45333, **params)
-    assert "Not yet" in bm.check_break_even(100.0, **params)
-    assert "never" in bm.check_break_even(5.0, eta=0.5)
-    assert bm.check_break_even(math.inf, eta=0.5).startswith("Right")
-    assert "Give a number" in bm.check_break_even("soon")
-
-
-def test_check_min_bandwidth_answers_with_hints():
-    right = bm.min_bandwidth_GBps(4.0, 0.8, 4, 0.03, 2e6)
-    assert right == pytest.approx(2e6 / 0.345e6)
-    assert bm.check_min_bandwidth(right, C_ms=4.0).startswith("Right")
-    assert "startup" in bm.check_min_bandwidth(2e6 / 0.375e6, C_ms=4.0)
-    assert "units" in bm.check_min_bandwidth(right * 1000, C_ms=4.0)
-    assert "never" in bm.check_min_bandwidth(3.0, C_ms=0.2)

@@ -14,7 +14,6 @@ from labutils.busbw import (
     SWEEP_EXTRA,
     bandwidths_GBps,
     bus_factor,
-    check_busbw,
     layout,
     sweep_sizes,
 )
@@ -109,13 +108,6 @@ def test_format_table_reads_back_with_the_nccl_tests_parser():
     back = parse_text(text, op="all_reduce").frame
     assert list(back["size_bytes"]) == list(frame["size_bytes"])
     assert list(back["busbw_GBps"]) == pytest.approx(list(frame["busbw_GBps"]), rel=0.02, abs=0.006)
-
-
-def test_check_busbw_gives_hints():
-    assert check_busbw(1.5, "all_reduce", 1e9, 1e6, 4).startswith("Right")
-    assert "factor" in check_busbw(1.0, "all_reduce", 1e9, 1e6, 4)
-    assert "decimal" in check_busbw(1.5 * 1.024**3, "all_reduce", 1e9, 1e6, 4)
-    assert "number" in check_busbw(None, "all_reduce", 1e9, 1e6, 4)
 
 
 def _check_rows(frame, n):

@@ -92,21 +92,6 @@ def test_min_busbw_inverts_the_efficiency():
     assert math.isinf(ddp_model.min_busbw_for_efficiency(64e6, 1.0, 2, efficiency=0.9, alpha_us=1e6))
 
 
-def test_exercise_checkers_give_hints():
-    hidden = ddp_model.max_hidden_gradient_bytes(40.0, 1.0, 2)  # 40 ms of backward at 1 GB/s, factor 1
-    assert hidden == pytest.approx(40e6)
-    assert allreduce_ms(hidden, 2, 1.0) == pytest.approx(40.0)
-    assert ddp_model.check_hidden_gradient(40e6, 40.0, 1.0, 2).startswith("Right")
-    assert "2(N-1)/N" in ddp_model.check_hidden_gradient(40e6 * 1.75, 40.0, 1.0, 8)
-    assert "backward" in ddp_model.check_hidden_gradient(60e6, 40.0, 1.0, 2, compute_ms=60.0)
-    assert "units" in ddp_model.check_hidden_gradient(40e9, 40.0, 1.0, 2)
-    assert math.isinf(ddp_model.max_hidden_gradient_bytes(40.0, 1.0, 1))
-    right = ddp_model.min_busbw_for_efficiency(64e6, 60, 2)
-    assert ddp_model.check_min_busbw(right, 64e6, 60, 2).startswith("Right")
-    assert "Too slow" in ddp_model.check_min_busbw(right / 3, 64e6, 60, 2)
-    assert "smallest" in ddp_model.check_min_busbw(right * 3, 64e6, 60, 2)
-
-
 # --- tables from a summary (synthetic numbers, no processes) ------------------------------------
 
 def _summary():

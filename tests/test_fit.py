@@ -13,7 +13,6 @@ from labutils.fit import (
     LinkFit,
     allreduce_ms,
     article_table,
-    check_allreduce_prediction,
     crossover_bytes,
     fit_alpha_beta,
     heldout_table,
@@ -155,13 +154,6 @@ def test_ensure_link_reuses_a_saved_link_else_measures(monkeypatch):
     assert len(list_results("link")) == before + 1
     again = ensure_link(nproc=5, backend="gloo", device="cpu")
     assert len(calls) == 1 and again == fit
-
-
-def test_exercise_checker_hints():
-    assert check_allreduce_prediction(9.09, 200e6, 2, 22).startswith("Right")
-    assert "2(N-1)/N" in check_allreduce_prediction(200e6 / 22e6, 200e6, 4, 22)
-    assert "units" in check_allreduce_prediction(13636, 200e6, 4, 22)
-    assert "number" in check_allreduce_prediction(None, 200e6, 4, 22)
 
 
 def test_a_link_saved_in_the_old_format_still_reads(tmp_path):

@@ -5,7 +5,7 @@ import torch
 
 from labutils import megatron as mg
 from labutils import tensor_parallel as tp
-from labutils.validate import LabInputError
+from labutils.inputs import LabInputError
 
 
 def test_allreduces_per_step_is_two_per_block():

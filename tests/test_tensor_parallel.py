@@ -46,16 +46,6 @@ def test_wrong_split_across_relu_differs():
     assert np.array_equal(sum(wrong.pre_activations), tp.TOY_X @ tp.TOY_A)
 
 
-def test_check_toy_contribution_hints():
-    assert tp.check_toy_contribution([4, 12]).startswith("Right")
-    assert "ReLU" in tp.check_toy_contribution([9, 2])
-    assert "device 1" in tp.check_toy_contribution([-1, 2])
-    assert "whole output" in tp.check_toy_contribution([3, 14])
-    assert "wrong split" in tp.check_toy_contribution([6, 24])
-    assert "two numbers" in tp.check_toy_contribution([1, 2, 3])
-    assert "Step by step" in tp.check_toy_contribution([0, 0])
-
-
 # --- the MLP block -----------------------------------------------------------------------------------
 
 

@@ -6,7 +6,7 @@ import matplotlib
 import pytest
 
 from labutils import timeline as tl
-from labutils.validate import LabInputError
+from labutils.inputs import LabInputError
 
 matplotlib.use("Agg")
 
@@ -122,7 +122,7 @@ def test_a_real_ddp_step_on_two_gloo_ranks(tmp_path):
 @pytest.mark.distributed
 def test_the_overlap_step_records_its_chunked_allreduces():
     run = tl.record_overlap_step((8, 64), chunks=2, nproc=2, warmup=1, timeout_s=60)
-    for rank, mine in run.events.groupby("rank"):
+    for _rank, mine in run.events.groupby("rank"):
         assert (mine["kind"] == "communication").any() and (mine["kind"] == "compute").any()
 
 

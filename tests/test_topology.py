@@ -203,19 +203,6 @@ def test_pair_choice_prefers_the_fastest_path_and_names_the_slowest():
         tp.choose_pair(topo, among=[0, 9])
 
 
-def test_exercise_checker_answers_with_hints():
-    wrong = tp.check_pair_choice("eight_gpu_pcie_switches", (0, 4))
-    assert wrong.startswith("Not yet") and "SYS" in wrong and "GPU0-GPU1" not in wrong
-    right = tp.check_pair_choice("eight_gpu_pcie_switches", (5, 4))
-    assert right.startswith("Good pair") and "estimate" in right
-    assert "sound" in tp.check_pair_choice("eight_gpu_pcie_switches", (0, 1), 25)
-    assert "cannot beat the wire" in tp.check_pair_choice("eight_gpu_pcie_switches", (0, 1), 80)
-    assert "pessimistic" in tp.check_pair_choice("eight_gpu_pcie_switches", (0, 1), 2)
-    assert "Good pair" in tp.check_pair_choice("two_gpu_sys", ("GPU0", "GPU1"), 22)
-    assert tp.check_pair_choice("two_gpu_sys", (0, 0)).startswith("Not yet")
-    assert tp.check_pair_choice("two_gpu_sys", (0, 5)).startswith("Not yet")
-
-
 def test_summary_json_shape():
     out = tp.summary(tp.load_sample("two_gpu_phb"), pcie_gen=4)
     assert out["gpus"] == ["GPU0", "GPU1"]

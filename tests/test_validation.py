@@ -117,20 +117,6 @@ def test_overlap_table_bounds():
         val.overlap_table(pd.concat([frame[frame["mode"] == "whole"], runs[1]]), LINK)
 
 
-def test_check_t2_prediction_hints():
-    inp = val.BudgetInputs(S_ms=0.1, C_ms=4.0, eta=0.8, Q=1, volume_bytes=0.6e6, latency_ms=0.25, bandwidth_GBps=2.0)
-    right = 0.1 + 4.0 / 1.6 + 0.25 + 0.3
-    assert val.check_t2_prediction(right, inp).startswith("Right")
-    assert "2 eta" in val.check_t2_prediction(0.1 + 2.0 + 0.55, inp)
-    assert "latency" in val.check_t2_prediction(0.1 + 2.5 + 0.3, inp)
-    assert "bandwidth term" in val.check_t2_prediction(0.1 + 2.5 + 0.25, inp)
-    assert "S is missing" in val.check_t2_prediction(2.5 + 0.55, inp)
-    assert "1000 times" in val.check_t2_prediction(0.1 + 2.5 + 0.25 + 300, inp)
-    assert "communication is missing" in val.check_t2_prediction(0.1 + 2.5, inp)
-    assert "milliseconds" in val.check_t2_prediction("soon", inp)
-    assert "Not quite" in val.check_t2_prediction(42, inp)
-
-
 # --- on ranks ------------------------------------------------------------------------------------------------
 
 
