@@ -41,9 +41,9 @@ from labutils.inputs import LabInputError, check_int, check_range
 from labutils.launch import launch
 from labutils.plots import new_figure
 from labutils.results import _reserve, results_dir, utc_stamp, write_atomic
+from labutils.split_timing import overlap_step
 from labutils.tensor_parallel import as_size, mlp_input, mlp_weights, shard, split_columns
 from labutils.timing import barrier, is_cuda, synchronize
-from labutils.validation import overlap_step
 
 STEP_MARK = "lab:step"
 KINDS = ("compute", "communication", "copy")  # drawn; everything else is "other"
@@ -121,7 +121,7 @@ def ddp_step_worker(ctx, width: int = 256, depth: int = 4, batch_per_rank: int =
 
 def overlap_step_worker(ctx, size=(32, 256), chunks: int = 4, warmup: int = 2, seed: int = 0,
                         activation: str = "relu") -> dict:
-    """One step of notebook 07's chunked split layer (labutils.validation.overlap_step) recorded on
+    """One step of notebook 07's chunked split layer (labutils.split_timing.overlap_step) recorded on
     this rank: chunk i's all-reduce is started asynchronously while chunk i+1 computes."""
     from labutils.timing import SectionTimer
 

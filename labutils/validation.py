@@ -1,240 +1,37 @@
-"""The two-device budget held against a measured split layer (notebook 07).
+"""The two-device budget held against a measured split layer (notebook 07): the model side.
 
-Reading order:
-1. timing the split: every rank times whole / split / replica / overlap steps of the MLP block
-   (labutils.tensor_parallel), interleaved repetition by repetition so that load elsewhere on
-   the machine hits them alike; `measure` launches it, `per_size` collapses the ranks;
-2. the budget's inputs from those timings: S and C from T1 (one rank, whole layer), eta from
-   the split's compute on the slower rank, Q = 1 all-reduce of V = output bytes, latency and
-   bandwidth from the measured link (labutils.my_link), never from the same timings;
-3. predicted against measured: T2 per size (`validation_table`), the break-even size, overlap
-   of chunked all-reduces with compute, two replicas against one split layer, the hand-in
-   summary, and the exercise checker.
-
-Workers (functions a spawned rank runs) live here and are started with `labutils.launch.launch`.
+The rows it reads come from labutils.split_timing (one per size, mode and rank); nothing here
+starts a process. Reading order:
+1. the rows collapsed over ranks (`per_size`), and the one-rank row paired with a two-rank row;
+2. the budget's inputs for one size: S and C from the one-rank run (T1 = S + C), Q = 1 all-reduce
+   of V = the output's bytes, latency and bandwidth from the link fitted in notebook 04
+   (labutils.my_link: `LinkFit.budget_params`), never from the timings predicted; and eta, from
+   one of two places, which makes two views of the same T2:
+   - **a priori** (`apriori_table`): eta stated before the split runs, 1 (perfect halves) or
+     C / (2 C_half) measured in a separate run of the split's halves with no communication
+     ("halves"). The split run is not read, so its T2 and the break-even size are predicted;
+   - **after the fact** (`validation_table`): eta = C / (2 C_rank) with C_rank the split run's own
+     compute. Whenever that eta is <= 1 the predicted compute C / (2 eta) *is* the measured split
+     compute, and only S and l + V/B are predicted: a decomposition of T2, not a forecast;
+3. predicted against measured: both views per size (`compare_views`) and in one table of errors
+   and break-evens (`views_summary`); the break-even size; overlap of chunked all-reduces with
+   compute; two replicas against one split layer; the hand-in summary.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from labutils import budget
-from labutils.harness import agree_iters
-from labutils.inputs import LabInputError, check_choice, check_int
-from labutils.launch import launch
-from labutils.progress import rank_progress
-from labutils.tensor_parallel import (
-    LayerSize,
-    MLPWeights,
-    as_size,
-    dist_all_reduce,
-    dist_world_size,
-    median_times,
-    mlp_input,
-    mlp_partial,
-    mlp_weights,
-    serial_tail,
-    shard,
-    split_columns,
-    timed_step,
-    tp_block_step,
-)
-from labutils.timing import barrier, line_up
+from labutils.inputs import LabInputError
+from labutils.tensor_parallel import LayerSize
 
-# --- 0. the sizes, a pure function of the route ------------------------------------------------------
-
-CPU_HIDDEN = (64, 96, 128, 192, 256, 384, 512, 768, 1024)
-GPU_HIDDEN = (256, 512, 1024, 2048, 4096, 6144)
-
-
-@dataclass(frozen=True)
-class LayerPlan:
-    """The layer sizes of notebooks 05 and 07: `batch` rows, `hidden_sizes` for the sweep, the size
-    of the overlap study, its chunk counts, 05's one timed size, and why they suit the route."""
-
-    batch: int
-    hidden_sizes: tuple[int, ...]
-    overlap_size: tuple[int, int]
-    chunk_counts: tuple[int, ...]
-    timing_size: tuple[int, int]
-    why: str
-
-    @property
-    def sizes(self) -> list[tuple[int, int]]:
-        return [(self.batch, h) for h in self.hidden_sizes]
-
-
-def layer_plan(route, quick: bool) -> LayerPlan:
-    """The sizes for `route` (a machine.Route; only whether it computes on a GPU matters).
-
-    The block's work is 16 b H^2 flops (both linears, ffn = 4H), its all-reduce moves 4 b H bytes.
-    On a CPU core (~1e10 flop/s) hidden 64..1024 at b = 32 spans ~0.02 to ~5 ms of compute against
-    gloo's fraction of a millisecond: the break-even falls inside. A GPU does ~6.7e13 fp32 flop/s,
-    so the same sizes take microseconds; b = 512 and hidden 256..6144 span ~10 us to ~5 ms, which
-    crosses NCCL's break-even, and on ranks sharing one GPU (eta near 0.5) shows the budget's
-    "never" with its numbers.
-    """
-    if getattr(route, "on_gpu", False):
-        hidden = (512, 2048, 4096) if quick else GPU_HIDDEN
-        return LayerPlan(512, hidden, (512, 4096), (1, 2, 4) if quick else (1, 2, 4, 8), (512, 4096),
-                         "GPU: 512 rows and hidden up to 6144, so compute reaches milliseconds")
-    hidden = tuple(sorted(set(CPU_HIDDEN[::2]) | set(CPU_HIDDEN[1::4]))) if quick else CPU_HIDDEN
-    return LayerPlan(32, hidden, (64, 512), (1, 2, 4) if quick else (1, 2, 4, 8), (32, 512),
-                     "CPU: 32 rows and hidden up to 1024, compute from microseconds to milliseconds per core")
-
-
-# --- 1. timing the split on ranks -------------------------------------------------------------------
-
-def overlap_step(x, w: MLPWeights, activation: str, chunks: int, timer):
-    """The split step with the batch cut into `chunks`: the all-reduce of chunk i runs (async)
-    while chunk i+1 computes; the waits at the end are the communication left exposed.
-    """
-    import torch
-
-    pieces, handles = [], []
-    for xs in torch.chunk(x, chunks, dim=0):
-        with timer.section("compute"):
-            y = mlp_partial(xs, w, activation)
-        pieces.append(y)
-        with timer.section("communication"):  # issuing the all-reduce costs the caller time too
-            if dist_world_size() > 1:
-                handles.append(dist_all_reduce(y, async_op=True))
-    with timer.section("communication"):
-        for h in handles:
-            h.wait()
-    with timer.section("serial"):
-        return serial_tail(x, torch.cat(pieces, dim=0), w.b2)
-
-
-def _once(ctx, mode: str, step):
-    """One aligned repetition of `step`: StepTimes on the ranks taking part, None elsewhere.
-
-    "whole" runs on rank 0 alone while the other ranks wait, idle, in the closing barrier.
-    Modes that communicate start after one untimed step (timing.line_up).
-    """
-
-    communicates = mode in ("split", "overlap")
-    line_up(ctx.device, (lambda: timed_step(step, ctx.device)) if communicates else None)
-    times = timed_step(step, ctx.device)[1] if mode != "whole" or ctx.rank == 0 else None
-    if mode == "whole":
-        barrier(ctx.device)
-    return times
-
-
-def _repeat(ctx, steps: dict, warmup: int, min_reps: int, max_reps: int, target_ms: float) -> dict:
-    """Time every variant in `steps` ({(mode, chunks): step}) in turn, repetition by repetition.
-
-    Interleaving pairs the samples in time: a burst of load elsewhere on the machine hits the
-    one-rank and the split runs alike. Warm-up is not timed; rank 0 turns its warm-up into a
-    repetition count (about `target_ms` for all variants together) and broadcasts it.
-    Returns {variant: (this rank's StepTimes list, [step_ms, compute_slowest_ms] per repetition)},
-    where step_ms is the slowest rank's total and compute_slowest_ms the slowest rank's compute
-    (all-reduce MAX; for "whole", rank 0's own), or {} on ranks that did not take part.
-    """
-    import torch
-    import torch.distributed as dist
-
-    warm = {v: [] for v in steps}
-    for _ in range(warmup):
-        for v, step in steps.items():
-            t = _once(ctx, v[0], step)
-            warm[v].append(t.total_ms if t else 0.0)
-    probe_ms = sum(float(np.median(w)) for w in warm.values()) if warmup else 0.0
-    reps = agree_iters(probe_ms, target_ms, min_reps, max_reps, ctx.device)
-    samples = {v: [] for v in steps}
-    for _ in range(reps):
-        for v, step in steps.items():
-            samples[v].append(_once(ctx, v[0], step))
-    out = {}
-    for v, times in samples.items():
-        if v[0] == "whole" and ctx.rank != 0:
-            continue
-        slowest = torch.tensor([[t.total_ms for t in times], [t.compute_ms for t in times]],
-                               dtype=torch.float64, device=ctx.device)
-        if v[0] != "whole" and dist_world_size() > 1:
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        out[v] = (times, slowest.cpu().tolist())
-    return out
-
-
-MODES = ("whole", "split", "replica", "overlap")
-
-
-def _step_for(ctx, full: MLPWeights, part: MLPWeights, size: LayerSize, mode: str, chunks: int, seed: int,
-              dtype: str, activation: str):
-    """The step function one rank times for `mode` (see measure_worker)."""
-    alone = mode in ("whole", "replica")
-    w = full if alone else part
-    x = mlp_input(size.batch, size.hidden, seed + (ctx.rank if mode == "replica" else 0), dtype, ctx.device)
-    if mode == "overlap":
-        return lambda timer: overlap_step(x, w, activation, chunks, timer)
-    return lambda timer: tp_block_step(x, w, activation, timer, reduce=not alone)
-
-
-def measure_worker(ctx, sizes, modes=("whole", "split"), chunks=(1,), seed: int = 0, dtype: str = "float32",
-                   activation: str = "relu", warmup: int = 3, min_reps: int = 5, max_reps: int = 200,
-                   target_ms: float = 200.0) -> list[dict]:
-    """For every size, time all modes interleaved repetition by repetition (see `_repeat`).
-
-    "whole": rank 0 alone runs the whole layer while the other ranks wait in a barrier (T1);
-    "split": every rank its shard and one all-reduce (T2);
-    "replica": every rank the whole layer on its own input, no communication (two replicas);
-    "overlap": the split with k in `chunks` asynchronous all-reduces overlapping the compute.
-    One dict per (size, mode, k) and rank taking part: the rank's median serial / compute /
-    communication / total, `step_ms`, the median over repetitions of the slowest rank's total
-    (what the step took), and `compute_slowest_ms`, the same for the compute part (each step
-    waits for the slower half).
-    """
-    for mode in modes:
-        check_choice("mode", mode, MODES)
-    variants = [(mode, int(k)) for mode in modes for k in (chunks if mode == "overlap" else (1,))]
-    rows = []
-    for i, raw in enumerate(sizes):
-        size = as_size(raw)
-        full = mlp_weights(size.hidden, size.ffn, seed, dtype, ctx.device)
-        part = shard(full, ctx.rank, ctx.world_size)
-        steps = {v: _step_for(ctx, full, part, size, *v, seed, dtype, activation) for v in variants}
-        for (mode, k), (samples, (step_ms, compute_ms)) in _repeat(ctx, steps, warmup, min_reps, max_reps,
-                                                                   target_ms).items():
-            rows.append({"rank": ctx.rank, "ranks": 1 if mode == "whole" else ctx.world_size, "mode": mode,
-                         "chunks": k, "batch": size.batch, "hidden": size.hidden, "ffn": size.ffn, "dtype": dtype,
-                         "reps": len(samples), **median_times(samples), "step_ms": float(np.median(step_ms)),
-                         "step_p90_ms": float(np.percentile(step_ms, 90)),
-                         "compute_slowest_ms": float(np.median(compute_ms))})
-        ctx.report({"done": i + 1, "of": len(sizes)})
-    return rows
-
-
-def measure(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str = "gloo", device: str = "cpu",
-            threads_per_rank: int | None = None, chunks=(1,), quick: bool = True, seed: int = 0,
-            dtype: str = "float32", progress: bool = False, timeout_s: float = 600.0) -> pd.DataFrame:
-    """Launch `measure_worker` on `nproc` ranks; one row per (size, mode, chunks, rank).
-
-    CPU placement is the launcher's plan for `nproc` ranks (labutils.placement), with
-    `threads_per_rank` threads when given. "whole" runs on rank 0 of the same launch, so the
-    one-rank baseline has the CPUs and threads of one rank of the split: "one device" is the same
-    on both sides.
-    quick: 2 warm-up rounds and about 300 ms of repetitions (5..100) per size; else 5 and 2 s (15..400).
-    """
-
-    nproc = check_int("nproc", nproc, low=1)
-    for s in sizes:
-        split_columns(as_size(s).ffn, nproc, "nproc")  # refuse here, not in every rank
-    modes = (modes,) if isinstance(modes, str) else tuple(modes)
-    chunks = tuple(check_int("chunks", k, low=1) for k in np.atleast_1d(chunks).tolist())
-    kwargs = {"sizes": [astuple(as_size(s)) for s in sizes], "modes": modes, "chunks": chunks, "seed": seed,
-              "dtype": dtype, "warmup": 2 if quick else 5, "min_reps": 5 if quick else 15,
-              "max_reps": 100 if quick else 400, "target_ms": 300.0 if quick else 2000.0}
-    with rank_progress(len(sizes), f"{'+'.join(modes)} on {nproc} rank(s)", progress, unit="size",
-                       leave=True) as on_report:
-        per_rank = launch(measure_worker, nproc, kwargs=kwargs, backend=backend, device=device, timeout_s=timeout_s,
-                          threads_per_rank=threads_per_rank, on_report=on_report)
-    return pd.DataFrame([row for rows in per_rank for row in rows])
-
+# --- 1. rows collapsed over ranks -----------------------------------------------------------------------
 
 def per_size(frame: pd.DataFrame, mode: str | None = None) -> pd.DataFrame:
     """Collapse ranks (rows of `mode` only, when given): the slowest rank's median parts (max over
@@ -249,18 +46,30 @@ def per_size(frame: pd.DataFrame, mode: str | None = None) -> pd.DataFrame:
     return frame.groupby(keys, as_index=False).agg(agg)
 
 
-# --- 2. the budget's inputs from the timings ---------------------------------------------------
+def _pairs(frame: pd.DataFrame, mode: str):
+    """(one-rank row, two-rank row of `mode`, LayerSize) for every size measured in both modes."""
+    one, two = per_size(frame, "whole"), per_size(frame, mode)
+    if (two["ranks"] != 2).any():
+        raise LabInputError(f"the budget compares one device with two; these {mode} rows ran on "
+                            f"{sorted(two['ranks'].unique())} ranks")
+    for _, r2 in two.iterrows():
+        match = one[(one.batch == r2.batch) & (one.hidden == r2.hidden) & (one.ffn == r2.ffn)]
+        if match.empty:
+            raise LabInputError(f"no one-rank measurement for size {r2.batch}x{r2.hidden}")
+        yield match.iloc[0], r2, LayerSize(int(r2.batch), int(r2.hidden), int(r2.ffn))
+
+
+# --- 2. the budget's inputs: a priori and after the fact ------------------------------------------------
 
 @dataclass(frozen=True)
 class BudgetInputs:
     """The budget's parameters for one layer size, from measurements and the measured link.
 
-    S_ms, C_ms: serial and compute of the one-rank run (T1 = S + C); eta = C / (2 C_rank) with
-    C_rank the split's compute on the slower rank of each step (median over steps), capped at 1
-    as the budget requires
-    (`eta_measured` keeps the uncapped value: above 1 when a half runs better than half the
-    whole, e.g. because its weights fit in cache); Q all-reduces of `volume_bytes` each (the
-    output, batch x hidden x element bytes); latency_ms and bandwidth_GBps from the link fit.
+    S_ms, C_ms: serial and compute of the one-rank run (T1 = S + C); eta capped at 1 as the
+    budget requires (`eta_measured` keeps the uncapped value: above 1 when a half runs better than
+    half the whole, e.g. because its weights fit in cache; see `eta_from` for where it comes from);
+    Q all-reduces of `volume_bytes` each (the output, batch x hidden x element bytes); latency_ms
+    and bandwidth_GBps from the link fit.
     """
 
     S_ms: float
@@ -277,39 +86,63 @@ class BudgetInputs:
         return (self.S_ms, self.C_ms, self.eta, self.Q, self.latency_ms, self.volume_bytes, self.bandwidth_GBps)
 
 
-def estimate_inputs(t1, t2, link, volume_bytes: float, Q: int = 1) -> BudgetInputs:
-    """Budget inputs from a one-rank row `t1` and a two-rank split row `t2` (per_size rows or dicts).
+def eta_from(t1, run) -> float:
+    """eta = C / (2 C_rank), uncapped: C the one-rank row `t1`'s compute, C_rank the compute of the
+    slower rank of `run` (its `compute_slowest_ms`, median over steps; else `compute_ms`). inf when
+    C_rank <= 0. `run` is the split itself (after the fact) or the halves run (a priori)."""
+    c_rank = float(run["compute_slowest_ms"] if "compute_slowest_ms" in run else run["compute_ms"])
+    return math.inf if c_rank <= 0 else float(t1["compute_ms"]) / (2 * c_rank)
 
-    S = t1 serial, C = t1 compute, eta = C / (2 * C_rank) capped at 1, where C_rank is t2's
-    `compute_slowest_ms` (or `compute_ms` when absent); latency and bandwidth
-    from `link` (a fit.LinkFit, translated by its `budget_params`). For 2 ranks the ring factor 2(N-1)/N
-    is 1, so V / busbw is exactly the all-reduce's bandwidth term.
-    """
-    c_rank = float(t2["compute_slowest_ms"] if "compute_slowest_ms" in t2 else t2["compute_ms"])
-    eta = math.inf if c_rank <= 0 else float(t1["compute_ms"]) / (2 * c_rank)
+
+def inputs_with_eta(t1, eta: float, link, volume_bytes: float, Q: int = 1) -> BudgetInputs:
+    """Budget inputs from a one-rank row `t1` (S = serial, C = compute, ms) and a given `eta`
+    (capped at 1 for the budget, kept as `eta_measured`); latency and bandwidth from `link` (a
+    fit.LinkFit, translated by its `budget_params`). For 2 ranks the ring factor 2(N-1)/N is 1, so
+    V / busbw is exactly the all-reduce's bandwidth term. Reads nothing of a two-rank run."""
     params = link.budget_params()
-    return BudgetInputs(float(t1["serial_ms"]), float(t1["compute_ms"]), min(eta, 1.0), int(Q), float(volume_bytes),
-                        float(params["latency_ms"]), float(params["bandwidth_GBps"]), eta)
+    return BudgetInputs(float(t1["serial_ms"]), float(t1["compute_ms"]), min(float(eta), 1.0), int(Q),
+                        float(volume_bytes), float(params["latency_ms"]), float(params["bandwidth_GBps"]), float(eta))
 
 
-def _pairs(frame: pd.DataFrame, mode: str):
-    """(one-rank row, two-rank row of `mode`, LayerSize) for every size measured in both modes."""
-    one, two = per_size(frame, "whole"), per_size(frame, mode)
-    if (two["ranks"] != 2).any():
-        raise LabInputError(f"the budget compares one device with two; these {mode} rows ran on "
-                            f"{sorted(two['ranks'].unique())} ranks")
-    for _, r2 in two.iterrows():
-        match = one[(one.batch == r2.batch) & (one.hidden == r2.hidden) & (one.ffn == r2.ffn)]
-        if match.empty:
-            raise LabInputError(f"no one-rank measurement for size {r2.batch}x{r2.hidden}")
-        yield match.iloc[0], r2, LayerSize(int(r2.batch), int(r2.hidden), int(r2.ffn))
+def estimate_inputs(t1, t2, link, volume_bytes: float, Q: int = 1) -> BudgetInputs:
+    """After the fact: budget inputs from a one-rank row `t1` and the two-rank split row `t2` it is
+    held against (per_size rows or dicts), eta = eta_from(t1, t2) capped at 1."""
+    return inputs_with_eta(t1, eta_from(t1, t2), link, volume_bytes, Q)
+
+
+def apriori_table(prior: pd.DataFrame, link, Q: int = 1) -> pd.DataFrame:
+    """A priori: per size, T2 and the speedup predicted before the split runs.
+
+    From `prior`, the rows of a run of "whole" (one rank: S, C and T1) and "halves" (the split's
+    halves on two ranks, no communication: C_half, the slower half's compute); rows of any other
+    mode, a split run in the same frame included, are not read. Two etas stated up front: 1 and
+    eta_halves = C / (2 C_half) (capped at 1 for the budget); T2 = S + C/(2 eta) + Q(l + V/B) with
+    l and B from `link`.
+    Columns: batch, hidden, work_flops, volume_bytes, S_ms, C_ms, T1_ms (the one-rank step of
+    `prior`), C_half_ms, eta_halves (uncapped), comm_pred_ms, T2_eta1_ms, T2_apriori_ms (at
+    eta_halves), speedup_eta1, speedup_apriori (T1 / T2).
+    """
+    rows = []
+    for r1, rh, size in _pairs(prior, "halves"):
+        v = size.output_bytes(rh["dtype"])
+        halves = inputs_with_eta(r1, eta_from(r1, rh), link, v, Q)
+        perfect = dataclasses.replace(halves, eta=1.0, eta_measured=1.0)
+        t1_ms = float(r1.step_ms)
+        t2_eta1, t2_halves = float(budget.t_two_ms(*perfect.as_args())), float(budget.t_two_ms(*halves.as_args()))
+        rows.append({"batch": size.batch, "hidden": size.hidden, "work_flops": size.flops, "volume_bytes": v,
+                     "S_ms": halves.S_ms, "C_ms": halves.C_ms, "T1_ms": t1_ms,
+                     "C_half_ms": float(rh["compute_slowest_ms"]), "eta_halves": halves.eta_measured,
+                     "comm_pred_ms": float(budget.comm_ms(Q, halves.latency_ms, v, halves.bandwidth_GBps)),
+                     "T2_eta1_ms": t2_eta1, "T2_apriori_ms": t2_halves,
+                     "speedup_eta1": t1_ms / t2_eta1, "speedup_apriori": t1_ms / t2_halves})
+    return pd.DataFrame(rows).sort_values("work_flops").reset_index(drop=True)
 
 
 # --- 3. predicted against measured ----------------------------------------------------------------
 
 def validation_table(frame: pd.DataFrame, link) -> pd.DataFrame:
-    """Per size: estimate the inputs from the "whole" and "split" rows, predict T2 with
-    labutils.budget, and compare with the measured T2.
+    """After the fact, per size: estimate the inputs from the "whole" and "split" rows (eta from
+    the split's own compute), predict T2 with labutils.budget, and compare with the measured T2.
 
     Columns: batch, hidden, work_flops, volume_bytes, S_ms, C_ms, C_rank_ms, eta (capped),
     eta_measured, T1_ms, T2_ms (measured), comm_ms (measured, slowest rank), comm_pred_ms,
@@ -334,7 +167,7 @@ def validation_table(frame: pd.DataFrame, link) -> pd.DataFrame:
 
 
 def budget_inputs_for(frame: pd.DataFrame, link, batch: int, hidden: int) -> BudgetInputs:
-    """The estimated inputs of one measured size (for the exercise and for reading one row)."""
+    """The after-the-fact inputs of one measured size (for the exercise and for reading one row)."""
     for r1, r2, size in _pairs(frame, "split"):
         if (size.batch, size.hidden) == (batch, hidden):
             return estimate_inputs(r1, r2, link, size.output_bytes(r2["dtype"]))
@@ -361,8 +194,10 @@ def _log_interp(x0, x1, f0, f1):
 
 
 def break_even(table: pd.DataFrame, t2_column: str = "T2_ms") -> BreakEven:
-    """The size where T2 (measured, or "T2_pred_ms") falls below T1: the last crossing from
-    slower to faster along the work axis, interpolated in log(T2 / T1) against log(work)."""
+    """The size where T2 falls below T1: the last crossing from slower to faster along the work
+    axis, interpolated in log(T2 / T1) against log(work). `t2_column`: "T2_ms" (measured) or
+    "T2_pred_ms" (after the fact) of a validation_table, or "T2_eta1_ms" / "T2_apriori_ms" of an
+    apriori_table (against its own T1_ms, the run it predicts from)."""
     rows = table.sort_values("work_flops")
     work = rows["work_flops"].to_numpy(float)
     c = rows["C_ms"].to_numpy(float)
@@ -426,15 +261,71 @@ def describe_break_even(b: BreakEven) -> str:
     return f"{b.work_flops / 1e6:.3g} MFLOP (one-rank compute C = {b.C_ms:.3g} ms)"
 
 
-def summary_table(link, table: pd.DataFrame, measured: BreakEven, predicted: BreakEven) -> pd.DataFrame:
-    """The hand-in table: the link, the break-even (measured and predicted) and the best speedup."""
+# The predictions of T2 side by side: (view, column of compare_views, its error column, where eta comes from).
+VIEWS = (("a priori, eta = 1", "T2_eta1_ms", "err_eta1", "stated before the split: perfect halves"),
+         ("a priori, eta from the halves", "T2_apriori_ms", "err_apriori",
+          "a separate run of the split's halves without communication, before the split"),
+         ("after the fact", "T2_after_ms", "err_after",
+          "the split run itself: its compute is read back, only S and l + V/B are predicted"))
+
+
+def compare_views(apriori: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """Per size in both: the measured T2 of `table` (validation_table) against the a-priori
+    predictions of `apriori` (apriori_table) and the after-the-fact one.
+
+    Columns: batch, hidden, work_flops, T1_ms and T2_ms (measured in the split run), eta_halves
+    (a priori), eta_measured (from the split run), T2_eta1_ms, T2_apriori_ms, T2_after_ms, and for
+    each prediction its error (predicted - measured) / measured: err_eta1, err_apriori, err_after.
+    """
+    after = table[["batch", "hidden", "work_flops", "T1_ms", "T2_ms", "eta_measured", "T2_pred_ms"]]
+    prior = apriori[["batch", "hidden", "eta_halves", "T2_eta1_ms", "T2_apriori_ms"]]
+    views = after.rename(columns={"T2_pred_ms": "T2_after_ms"}).merge(prior, on=["batch", "hidden"])
+    if views.empty:
+        raise LabInputError("the a-priori run and the split run share no layer size")
+    for _, t2, err, _ in VIEWS:
+        views[err] = (views[t2] - views["T2_ms"]) / views["T2_ms"]
+    order = ["batch", "hidden", "work_flops", "T1_ms", "T2_ms", "eta_halves", "eta_measured",
+             *(v[1] for v in VIEWS), *(v[2] for v in VIEWS)]
+    return views[order].sort_values("work_flops").reset_index(drop=True)
+
+
+def views_summary(apriori: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """One row per view of T2 (VIEWS) and one for the measurement: where eta came from, the median
+    |predicted - measured| / measured of T2 in % over the sizes in both tables, and the break-even
+    (work in MFLOP and as text). An a-priori break-even is where its T2 crosses the one-rank T1 of
+    the run it was predicted from; the measured one where the split run's T2 crosses its T1.
+
+    Columns: view, eta_from, median_abs_T2_error_pct, break_even_MFLOP, break_even.
+    """
+    views = compare_views(apriori, table)
+    found = {"T2_eta1_ms": break_even(apriori, "T2_eta1_ms"), "T2_apriori_ms": break_even(apriori, "T2_apriori_ms"),
+             "T2_after_ms": break_even(table, "T2_pred_ms")}
+    rows = [(name, source, 100 * float(np.median(np.abs(views[err]))), found[t2]) for name, t2, err, source in VIEWS]
+    rows.append(("measured", "", math.nan, break_even(table)))
+    return pd.DataFrame([{"view": name, "eta_from": source, "median_abs_T2_error_pct": error,
+                          "break_even_MFLOP": b.work_flops / 1e6, "break_even": describe_break_even(b)}
+                         for name, source, error, b in rows])
+
+
+def summary_table(link, table: pd.DataFrame, measured: BreakEven, predicted: BreakEven,
+                  apriori: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The hand-in table: the link, the break-even (measured; predicted a priori when `apriori`,
+    an apriori_table, is given; predicted after the fact: `predicted`), the best speedup and the
+    median T2 errors of the views."""
     best = table.loc[table["speedup"].idxmax()]
     show = describe_break_even
     items = [("link", f"{link.backend}/{link.device}, {link.world_size} ranks: "
                       f"latency {link.latency_ms * 1e3:.0f} us, "
                       f"busbw {link.busbw_GBps:.3g} GB/s"),
-             ("break-even, measured", show(measured)), ("break-even, predicted", show(predicted)),
-             ("best measured speedup", f"{best.speedup:.2f}x at {int(best.batch)}x{int(best.hidden)} "
-                                       f"(eta {best.eta:.2f})"),
-             ("median |prediction error| of T2", f"{100 * float(np.median(np.abs(table['rel_error']))):.1f}%")]
+             ("break-even, measured", show(measured))]
+    if apriori is not None:
+        items.append(("break-even, a priori (eta from the halves)", show(break_even(apriori, "T2_apriori_ms"))))
+    items += [("break-even, after the fact", show(predicted)),
+              ("best measured speedup", f"{best.speedup:.2f}x at {int(best.batch)}x{int(best.hidden)} "
+                                        f"(eta {best.eta:.2f})")]
+    if apriori is not None:
+        error = float(np.median(np.abs(compare_views(apriori, table)["err_apriori"])))
+        items.append(("median |T2 error|, a priori (eta from the halves)", f"{100 * error:.1f}%"))
+    items.append(("median |T2 error|, after the fact (eta from the split run)",
+                  f"{100 * float(np.median(np.abs(table['rel_error']))):.1f}%"))
     return pd.DataFrame(items, columns=["quantity", "value"])

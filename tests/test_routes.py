@@ -14,7 +14,7 @@ import pytest
 
 from labutils import budget, ddp_model, ddp_step, machine
 from labutils import data_parallel as dp
-from labutils import validation as val
+from labutils import split_timing as st
 from labutils.copies import Band, copy_table, expected_bands, wire_fraction
 from labutils.fit import fit_alpha_beta, interpolate_time_us
 from labutils.inputs import LabInputError
@@ -140,13 +140,13 @@ def test_worker_code_never_branches_on_the_backend():
 # --- sizes, a pure function of the route ----------------------------------------------------------------
 
 def test_layer_sizes_follow_the_route():
-    cpu = val.layer_plan(machine.route("07_validating_the_budget", 0), quick=False)
+    cpu = st.layer_plan(machine.route("07_validating_the_budget", 0), quick=False)
     assert max(cpu.hidden_sizes) == 1024 and cpu.batch == 32 and cpu.sizes[0] == (32, 64)
-    quick = val.layer_plan(machine.route("07_validating_the_budget", 0), quick=True)
+    quick = st.layer_plan(machine.route("07_validating_the_budget", 0), quick=True)
     assert set(quick.hidden_sizes) < set(cpu.hidden_sizes) and 1 in quick.chunk_counts
     for gpus in (1, 2, 8):
-        gpu = val.layer_plan(machine.route("07_validating_the_budget", gpus), quick=False)
-        assert gpu == val.layer_plan(machine.route("05_tensor_parallel", gpus), quick=False)
+        gpu = st.layer_plan(machine.route("07_validating_the_budget", gpus), quick=False)
+        assert gpu == st.layer_plan(machine.route("05_tensor_parallel", gpus), quick=False)
         assert min(gpu.hidden_sizes) >= 256 and max(gpu.hidden_sizes) > 1024 and gpu.batch >= 256
         assert gpu.timing_size[1] > cpu.timing_size[1] and 1 in gpu.chunk_counts
         assert all((4 * h) % 2 == 0 for h in gpu.hidden_sizes)
@@ -162,7 +162,7 @@ def _flops_per_ms(fp32_flops):
 ])
 def test_the_break_even_falls_inside_each_routes_sizes(gpus, flops, latency_ms, busbw):
     """With a route's typical compute rate and link, T2 - T1 changes sign inside its sizes (eta 0.9)."""
-    plan = val.layer_plan(machine.route("07_validating_the_budget", gpus), quick=False)
+    plan = st.layer_plan(machine.route("07_validating_the_budget", gpus), quick=False)
     sign = []
     for b, h in plan.sizes:
         c_ms = 16 * b * h * h / _flops_per_ms(flops)
@@ -173,7 +173,7 @@ def test_the_break_even_falls_inside_each_routes_sizes(gpus, flops, latency_ms, 
 
 def test_one_shared_gpu_shows_the_budgets_never_with_numbers():
     """Two ranks time-sharing one GPU: eta near 0.5, and the budget says never, naming why."""
-    plan = val.layer_plan(machine.route("07_validating_the_budget", 1), quick=False)
+    plan = st.layer_plan(machine.route("07_validating_the_budget", 1), quick=False)
     b, h = plan.sizes[-1]
     t = budget.evaluate(0.05, 16 * b * h * h / _flops_per_ms(6.7e13), 0.5, 1, 0.3, 4 * b * h, 1.7)
     assert math.isinf(t.break_even_C_ms) and "eta <= 0.5" in budget.verdict(t)
@@ -449,7 +449,7 @@ def test_gpu_gloo_on_cuda_sweep_and_the_copy_ceiling():
 
 @NEEDS_GPU
 def test_gpu_split_layer_and_training_step_compute_on_the_gpu():
-    frame = val.measure([(8, 64)], 2, ("whole", "split"), backend="gloo", device="cuda", quick=True, timeout_s=180)
+    frame = st.time_layers([(8, 64)], 2, ("whole", "split"), backend="gloo", device="cuda", quick=True, timeout_s=180)
     assert set(frame["mode"]) == {"whole", "split"} and (frame["total_ms"] > 0).all()
     cfgs = [ddp_step.StepConfig(48, 2, 8, mode, steps=2, warmup=1) for mode in ("ddp", "no_overlap")]
     steps, probe = dp._launch(cfgs, 2, "gloo", "cuda", 180, False,

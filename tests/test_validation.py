@@ -1,4 +1,5 @@
-"""The two-device budget held against a measured split layer: inputs, predictions, break-even, the protocol."""
+"""The two-device budget held against a measured split layer: inputs, both views of the prediction (a priori
+and after the fact), break-even, the protocol on ranks."""
 
 import math
 
@@ -7,15 +8,21 @@ import pandas as pd
 import pytest
 
 from labutils import budget
+from labutils import split_timing as st
 from labutils import validation as val
 from labutils.fit import LinkFit
 from labutils.inputs import LabInputError
 from labutils.tensor_parallel import LayerSize
 
 
-def test_measure_refuses_a_rank_count_that_does_not_divide_the_layer():
+def test_time_layers_refuses_a_rank_count_that_does_not_divide_the_layer():
     with pytest.raises(LabInputError, match="nproc=3"):
-        val.measure([(8, 64)], 3)
+        st.time_layers([(8, 64)], 3)
+
+
+def test_time_layers_refuses_an_unknown_mode_before_starting_ranks():
+    with pytest.raises(LabInputError, match="mode"):
+        st.time_layers([(8, 64)], 2, ("whole", "halfs"))
 
 
 # --- estimating the budget from measurements -------------------------------------------------------------
@@ -23,8 +30,11 @@ def test_measure_refuses_a_rank_count_that_does_not_divide_the_layer():
 LINK = LinkFit(alpha_us=200.0, busbw_GBps=2.0, world_size=2, backend="gloo", device="cpu")  # latency 0.2 ms
 
 
-def synthetic_frame(S_ms=0.05, eta=0.8, ms_per_mflop=0.0125, hiddens=(32, 64, 128, 256, 512, 1024), batch=16):
-    """Timings that follow the budget exactly: whole = S + C, split = S + C/(2 eta) + l + V/B."""
+def synthetic_frame(S_ms=0.05, eta=0.8, ms_per_mflop=0.0125, hiddens=(32, 64, 128, 256, 512, 1024), batch=16,
+                    eta_halves=None):
+    """Timings that follow the budget exactly: whole = S + C, split = S + C/(2 eta) + l + V/B, and
+    halves (the split's compute with no all-reduce) = S + C/(2 eta_halves), eta_halves = eta unless given."""
+    eta_halves = eta if eta_halves is None else eta_halves
     rows = []
     for h in hiddens:
         size = LayerSize(batch, h)
@@ -39,6 +49,10 @@ def synthetic_frame(S_ms=0.05, eta=0.8, ms_per_mflop=0.0125, hiddens=(32, 64, 12
             rows.append({**base, "rank": rank, "ranks": 2, "mode": "split", "serial_ms": S_ms,
                          "compute_ms": C / (2 * eta) * (0.9 if rank else 1.0), "communication_ms": comm,
                          "total_ms": t2, "step_ms": t2, "compute_slowest_ms": C / (2 * eta)})
+            half = C / (2 * eta_halves)
+            rows.append({**base, "rank": rank, "ranks": 2, "mode": "halves", "serial_ms": S_ms,
+                         "compute_ms": half * (0.9 if rank else 1.0), "communication_ms": 0.0,
+                         "total_ms": S_ms + half, "step_ms": S_ms + half, "compute_slowest_ms": half})
     return pd.DataFrame(rows)
 
 
@@ -96,7 +110,11 @@ def test_summary_and_replicas_tables():
     frame = synthetic_frame()
     table = val.validation_table(frame, LINK)
     summary = val.summary_table(LINK, table, val.break_even(table), val.break_even(table, "T2_pred_ms"))
-    assert list(summary["quantity"])[:3] == ["link", "break-even, measured", "break-even, predicted"]
+    assert list(summary["quantity"])[:3] == ["link", "break-even, measured", "break-even, after the fact"]
+    both = val.summary_table(LINK, table, val.break_even(table), val.break_even(table, "T2_pred_ms"),
+                             val.apriori_table(frame, LINK))
+    assert list(both["quantity"])[2] == "break-even, a priori (eta from the halves)"
+    assert list(both["value"])[-2:] == ["0.0%", "0.0%"]  # budget-shaped timings: both views exact
     replicas = frame[frame["mode"] == "whole"].assign(mode="replica", ranks=2)
     out = val.replicas_table(pd.concat([frame, replicas]))
     two = out[out["setup"] == "two replicas"]["throughput_rows_per_s"].to_numpy()
@@ -117,17 +135,87 @@ def test_overlap_table_bounds():
         val.overlap_table(pd.concat([frame[frame["mode"] == "whole"], runs[1]]), LINK)
 
 
+# --- a priori: predicted before the split runs ------------------------------------------------------------
+
+def _with_split_compute(frame, factor):
+    """The same runs with the split's measured compute scaled by `factor` (its T2 left as it was)."""
+    split = frame["mode"] == "split"
+    out = frame.copy()
+    out.loc[split, ["compute_ms", "compute_slowest_ms"]] *= factor
+    return out
+
+
+def test_apriori_prediction_does_not_read_the_split_run():
+    frame = synthetic_frame(eta=0.8, eta_halves=0.7)
+    before = val.apriori_table(frame, LINK)
+    for factor in (0.5, 3.0):
+        changed = _with_split_compute(frame, factor)
+        pd.testing.assert_frame_equal(val.apriori_table(changed, LINK), before)
+        # the after-the-fact view reads it: its eta and T2 move
+        assert not np.allclose(val.validation_table(changed, LINK)["T2_pred_ms"],
+                               val.validation_table(frame, LINK)["T2_pred_ms"])
+    # and the a-priori table needs no split run at all
+    pd.testing.assert_frame_equal(val.apriori_table(frame[frame["mode"] != "split"], LINK), before)
+
+
+def test_apriori_prediction_follows_the_budget_with_the_stated_etas():
+    frame = synthetic_frame(eta=0.8, eta_halves=0.7, hiddens=(64, 256))
+    table = val.apriori_table(frame, LINK)
+    size = LayerSize(16, 256)
+    C = size.flops / 1e6 * 0.0125
+    row = table[table["hidden"] == 256].iloc[0]
+    comm = LINK.latency_ms + size.output_bytes() / (LINK.busbw_GBps * 1e6)
+    assert row["eta_halves"] == pytest.approx(0.7)
+    assert row["T2_eta1_ms"] == pytest.approx(0.05 + C / 2 + comm)
+    assert row["T2_apriori_ms"] == pytest.approx(0.05 + C / (2 * 0.7) + comm)
+    assert row["T1_ms"] == pytest.approx(0.05 + C)
+    assert row["speedup_apriori"] == pytest.approx(row["T1_ms"] / row["T2_apriori_ms"])
+    with pytest.raises(LabInputError, match="halves"):
+        val.apriori_table(frame[frame["mode"] != "halves"], LINK)
+
+
+def test_eta_from_the_halves_above_one_is_capped():
+    frame = synthetic_frame(eta=0.8, eta_halves=1.25, hiddens=(256,))
+    row = val.apriori_table(frame, LINK).iloc[0]
+    assert row["eta_halves"] == pytest.approx(1.25)
+    assert row["T2_apriori_ms"] == pytest.approx(row["T2_eta1_ms"])
+
+
+def test_both_views_side_by_side():
+    # the halves ran better than the split's halves did (eta 0.9 before, 0.6 in the split run)
+    frame = synthetic_frame(eta=0.6, eta_halves=0.9, hiddens=(64, 128, 256, 512, 1024))
+    apriori, table = val.apriori_table(frame, LINK), val.validation_table(frame, LINK)
+    views = val.compare_views(apriori, table)
+    assert len(views) == 5 and list(views["work_flops"]) == sorted(views["work_flops"])
+    assert np.allclose(views["err_after"], 0.0, atol=1e-12)  # after the fact: exact by construction
+    assert (views["err_apriori"] < 0).all() and (views["err_eta1"] <= views["err_apriori"]).all()
+    summary = val.views_summary(apriori, table).set_index("view")
+    assert list(summary.index) == [v[0] for v in val.VIEWS] + ["measured"]
+    assert summary.loc["after the fact", "median_abs_T2_error_pct"] == pytest.approx(0.0, abs=1e-9)
+    expected = 100 * np.median(np.abs(views["err_apriori"]))
+    assert summary.loc["a priori, eta from the halves", "median_abs_T2_error_pct"] == pytest.approx(expected)
+    # an optimistic eta predicts the split wins at smaller layers than it does
+    assert (summary.loc["a priori, eta from the halves", "break_even_MFLOP"]
+            < summary.loc["measured", "break_even_MFLOP"])
+    with pytest.raises(LabInputError, match="share no layer size"):
+        val.compare_views(apriori[apriori["hidden"] == 64], table[table["hidden"] == 128])
+
+
 # --- on ranks ------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.distributed
-def test_measure_protocol_structure():
-    frame = val.measure([(4, 32), (4, 64)], 2, ("whole", "split"), quick=True, timeout_s=120)
-    assert set(frame["mode"]) == {"whole", "split"}
+def test_time_layers_protocol_structure():
+    frame = st.time_layers([(4, 32), (4, 64)], 2, ("whole", "split", "halves"), quick=True, timeout_s=120)
+    assert set(frame["mode"]) == {"whole", "split", "halves"}
     assert len(frame[frame["mode"] == "whole"]) == 2  # rank 0 only
     assert len(frame[frame["mode"] == "split"]) == 4  # both ranks
+    halves = frame[frame["mode"] == "halves"]
+    assert len(halves) == 4 and (halves["communication_ms"] < 0.05).all()  # no all-reduce
     assert (frame[frame["mode"] == "whole"]["communication_ms"] < 0.05).all()
     parts = frame[["serial_ms", "compute_ms", "communication_ms"]].sum(axis=1)
     assert (parts > 0).all() and (frame["reps"] >= 5).all()
     table = val.validation_table(frame, LINK)
     assert len(table) == 2 and np.isfinite(table["T2_pred_ms"]).all()
+    apriori = val.apriori_table(frame[frame["mode"] != "split"], LINK)
+    assert len(apriori) == 2 and np.isfinite(apriori["T2_apriori_ms"]).all() and (apriori["eta_halves"] > 0).all()
