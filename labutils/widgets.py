@@ -22,14 +22,9 @@ from labutils.fit import ARTICLE_BUSBW_GBps, allreduce_ms
 from labutils.inputs import LabInputError
 from labutils.links import link_figures
 from labutils.my_link import load_link, saved_links
-from labutils.plots import (
-    apply_style,
-    budget_curves,
-    ddp_efficiency_curves,
-    label_budget_curves,
-    update_budget_curves,
-    update_ddp_efficiency_curves,
-)
+from labutils.plots import apply_style
+from labutils.plots_budget import budget_curves, label_budget_curves, update_budget_curves
+from labutils.plots_training import ddp_efficiency_curves, update_ddp_efficiency_curves
 
 # --- time budget dashboard ---
 
