@@ -30,8 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd  # noqa: E402
 
-from labutils import data_parallel as dp  # noqa: E402
-from labutils import ddp_model, ddp_step  # noqa: E402
+from labutils import (  # noqa: E402
+    data_parallel,  # noqa: E402
+    ddp_model,
+    ddp_step,
+)
 from labutils.fit import fit_alpha_beta  # noqa: E402
 from labutils.my_link import ensure_link, save_link  # noqa: E402
 from labutils.sweep import ensure_sweep, run_sweep, save_sweep  # noqa: E402
@@ -73,12 +76,12 @@ def main(argv=None) -> int:
           f"{int(sweep.frame.size_bytes.max())} bytes ({sweep.meta.get('date')})")
     configs = [ddp_step.StepConfig(w, args.depth, args.batch, "single", steps=args.steps, warmup=args.warmup)
                for w in widths]
-    one = dp.summarize(dp.measure(configs, 1, "gloo", "cpu", progress=False))
+    one = data_parallel.summarize(data_parallel.measure_ddp_steps(configs, 1, "gloo", "cpu", progress=False))
     many = [ddp_step.StepConfig(w, args.depth, args.batch, mode, steps=args.steps, warmup=args.warmup)
             for w in widths for mode in ("ddp", "no_overlap")]
-    two = dp.summarize(dp.measure(many, 2, "gloo", "cpu", progress=False))
+    two = data_parallel.summarize(data_parallel.measure_ddp_steps(many, 2, "gloo", "cpu", progress=False))
     two["run"] += len(one)
-    table = dp.prediction_table(pd.concat([one, two], ignore_index=True), link.busbw_GBps, link.alpha_us,
+    table = data_parallel.prediction_table(pd.concat([one, two], ignore_index=True), link.busbw_GBps, link.alpha_us,
                                 sweep=sweep.frame)
 
     ddp = table[table["mode"] == "ddp"].set_index("gradient_bytes")

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from labutils.arrays import as_float_array, float_or_array, safe_divide
 from labutils.inputs import LabInputError, check_range
 
 # The article's base case: 12 ms of divisible work, four 2 MB exchanges over 10 GB/s.
@@ -68,17 +69,6 @@ def check_inputs(**params) -> None:
         check_range(name, value, **_RANGES[name])
 
 
-def as_float_array(x) -> np.ndarray:
-    """x as a float numpy array (numbers and arrays broadcast together)."""
-    return np.asarray(x, dtype=float)
-
-
-def float_or_array(x):
-    """A float for a 0-d result, else the array."""
-    x = np.asarray(x, dtype=float)
-    return float(x) if x.ndim == 0 else x
-
-
 # --- the formulas, unchecked (inputs already validated) ---
 
 def _comm(Q, latency_ms, volume_bytes, bandwidth_GBps):
@@ -91,8 +81,7 @@ def _saved_fraction(eta):
 
 def _break_even(eta, H):
     frac = _saved_fraction(eta)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(frac > 0, as_float_array(H) / np.where(frac > 0, frac, 1.0), math.inf)
+    return safe_divide(H, frac)
 
 
 def _min_bandwidth(C_ms, eta, Q, latency_ms, volume_bytes):
@@ -100,15 +89,14 @@ def _min_bandwidth(C_ms, eta, Q, latency_ms, volume_bytes):
     startup = as_float_array(Q) * as_float_array(latency_ms)
     possible = saving > startup
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        window = np.where(as_float_array(Q) > 0, (saving - startup) / np.where(as_float_array(Q) > 0, as_float_array(Q), 1.0), math.inf)
+        window = safe_divide(saving - startup, Q)
         need = np.where(as_float_array(volume_bytes) > 0, as_float_array(volume_bytes) / (window * 1e6), 0.0)
     return np.where(possible, need, math.inf)
 
 
 def _min_eta(C_ms, H):
     C, H = np.broadcast_arrays(as_float_array(C_ms), as_float_array(H))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(C > H, C / (2.0 * np.where(C > H, C - H, 1.0)), math.inf)
+    return safe_divide(C, 2.0 * (C - H), where=C > H)
 
 
 # --- the public functions ---
@@ -284,8 +272,7 @@ def evaluate(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps) -> Bu
     H = _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)
     T1 = S + C
     T2 = S + C / (2 * eta_a) + H
-    with np.errstate(divide="ignore", invalid="ignore"):
-        speedup = np.where(T2 > 0, T1 / np.where(T2 > 0, T2, 1.0), 1.0)  # no work at all: ratio 1
+    speedup = safe_divide(T1, T2, 1.0)  # no work at all: ratio 1
     shape = np.broadcast_shapes(S.shape, C.shape, eta_a.shape, H.shape)
     min_b = _min_bandwidth(C, eta_a, Q, latency_ms, volume_bytes)
     min_e = _min_eta(C, H)
@@ -364,8 +351,7 @@ def saved_fraction_n(eta, n: float):
 
 def _break_even_n(eta, H, n: float):
     frac = saved_fraction_n(eta, n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(frac > 0, as_float_array(H) / np.where(frac > 0, frac, 1.0), math.inf)
+    return safe_divide(H, frac)
 
 
 def _min_bandwidth_n(C_ms, eta, Q, latency_ms, volume_bytes, n: float, scale: float):
@@ -373,7 +359,7 @@ def _min_bandwidth_n(C_ms, eta, Q, latency_ms, volume_bytes, n: float, scale: fl
     startup = as_float_array(Q) * ((n - 1.0) * as_float_array(latency_ms))
     possible = saving > startup
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        window = np.where(as_float_array(Q) > 0, (saving - startup) / np.where(as_float_array(Q) > 0, as_float_array(Q), 1.0), math.inf)
+        window = safe_divide(saving - startup, Q)
         sent = 2.0 * (n - 1.0) / n * (as_float_array(volume_bytes) * scale)
         need = np.where(as_float_array(volume_bytes) > 0, sent / (window * 1e6), 0.0)
     return np.where(possible, need, math.inf)
@@ -381,8 +367,7 @@ def _min_bandwidth_n(C_ms, eta, Q, latency_ms, volume_bytes, n: float, scale: fl
 
 def _min_eta_n(C_ms, H, n: float):
     C, H = np.broadcast_arrays(as_float_array(C_ms), as_float_array(H))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(C > H, C / (n * np.where(C > H, C - H, 1.0)), math.inf)
+    return safe_divide(C, n * (C - H), where=C > H)
 
 
 def comm_n_ms(Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32"):
@@ -432,8 +417,7 @@ def evaluate_n(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2
     H = _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale)
     T1 = S + C
     TN = S + C / (n * eta_a) + H
-    with np.errstate(divide="ignore", invalid="ignore"):
-        speedup = np.where(TN > 0, T1 / np.where(TN > 0, TN, 1.0), 1.0)
+    speedup = safe_divide(T1, TN, 1.0)
     shape = np.broadcast_shapes(S.shape, C.shape, eta_a.shape, H.shape)
     min_b = _min_bandwidth_n(C, eta_a, Q, latency_ms, volume_bytes, n, scale)
     min_e = _min_eta_n(C, H, n)

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from labutils.ddp_model import DEFAULT_BUCKET_MB, bucket_comm_ms, is_between, mlp_bucket_sizes, predict_step
-from labutils.ddp_step import SECTIONS, StepConfig, contention_worker, train_worker
+from labutils.ddp_step import DDP_SECTIONS, StepConfig, contention_worker, train_worker
 from labutils.inputs import LabInputError, check_choice, check_int
 from labutils.launch import launch, resolve_backend
 from labutils.progress import rank_progress
@@ -23,7 +23,7 @@ from labutils.units import format_size
 THREADS_PER_RANK = 1  # every rank, the one-rank baseline included: one "device" = one core here
 
 
-def measure(configs: list[StepConfig], nproc: int, backend: str = "auto", device: str = "auto",
+def measure_ddp_steps(configs: list[StepConfig], nproc: int, backend: str = "auto", device: str = "auto",
             timeout_s: float = 600.0, progress: bool = True, ddp_reference: bool = True,
             interleave: bool = True) -> pd.DataFrame:
     """Run `configs` on `nproc` ranks in one launch; one row per timed step (times in ms, rank means).
@@ -104,7 +104,7 @@ def _p(q):
 
 SUMMARY_KEYS = ["run", "mode", "world_size", "width", "depth", "batch_per_rank", "global_batch",
                 "bucket_cap_mb", "gradient_bytes", "backend", "device"]
-TIME_COLUMNS = ["step_ms", "step_max_ms", *SECTIONS, "exposed_comm_ms", "other_ms"]
+TIME_COLUMNS = ["step_ms", "step_max_ms", *DDP_SECTIONS, "exposed_comm_ms", "other_ms"]
 
 
 def summarize(steps: pd.DataFrame) -> pd.DataFrame:
@@ -156,7 +156,7 @@ def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: 
     base = replace(many[0], width=bucket_width, mode="ddp")
     many += [replace(base, bucket_cap_mb=float(c)) for c in bucket_caps_mb if float(c) != DEFAULT_BUCKET_MB]
     probe = {"width": max(widths), "depth": depth, "batch_per_rank": batch_per_rank} if contention else None
-    one = summarize(measure(singles, 1, backend, device, timeout_s, progress))
+    one = summarize(measure_ddp_steps(singles, 1, backend, device, timeout_s, progress))
     steps_n, found = _launch(many, nproc, backend, device, timeout_s, progress, contention=probe)
     n = summarize(steps_n)
     n["run"] += len(one)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from labutils.arrays import safe_divide
 from labutils.busbw import bus_factor, element_bytes
 from labutils.fit import CurvePrediction, allreduce_ms, interpolate_time_us
 from labutils.inputs import check_choice, check_int, check_range
@@ -237,8 +238,7 @@ def min_busbw_for_efficiency(gradient_bytes, compute_ms, world_size, efficiency=
     room_ms = np.asarray(compute_ms, float) * (1 / np.asarray(efficiency, float) - 1) \
         - np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3
     need = bus_factor("all_reduce", world_size) * np.asarray(gradient_bytes, float) / 1e6
-    with np.errstate(divide="ignore", invalid="ignore"):
-        bw = np.where(room_ms > 0, need / np.where(room_ms > 0, room_ms, 1.0), math.inf)
+    bw = safe_divide(need, room_ms)
     bw = np.where(need == 0, 0.0, bw)
     return float(bw) if bw.ndim == 0 else bw
 
@@ -251,8 +251,7 @@ def max_hidden_gradient_bytes(backward_ms, busbw_GBps, world_size, alpha_us=0.0,
     """
     room_ms = np.maximum(0.0, np.asarray(backward_ms, float) - np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3)
     factor = bus_factor("all_reduce", world_size)
-    with np.errstate(divide="ignore"):
-        out = np.where(factor > 0, room_ms * np.asarray(busbw_GBps, float) * 1e6 / np.where(factor > 0, factor, 1), math.inf)
+    out = safe_divide(room_ms * np.asarray(busbw_GBps, float) * 1e6, factor)
     return float(out) if out.ndim == 0 else out
 
 

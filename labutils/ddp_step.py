@@ -19,7 +19,7 @@ for "no_overlap" (after a barrier timed apart as `wait_ms`: waiting for the slow
 "ddp", backward minus a backward without sync measured in the same run (waiting included).
 Warm-up steps are not timed; rank 0 fixes the step count for all; configurations of one launch
 are timed in interleaved rounds; `summarize` gives the median and p10/p90 over steps. Every
-rank, the one-rank baseline too, runs one CPU thread (`THREADS_PER_RANK`, see `measure`).
+rank, the one-rank baseline too, runs one CPU thread (`THREADS_PER_RANK`, see `data_parallel.measure_ddp_steps`).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from labutils.harness import agree_iters
 from labutils.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.timing import SectionTimer, barrier, line_up, synchronize, time_loop
 
-MODES = ("single", "ddp", "no_overlap")
+DDP_MODES = ("single", "ddp", "no_overlap")
 
 
-SECTIONS = ("forward_ms", "backward_ms", "wait_ms", "allreduce_ms", "optimizer_ms")
+DDP_SECTIONS = ("forward_ms", "backward_ms", "wait_ms", "allreduce_ms", "optimizer_ms")
 
 
 def build_mlp(width: int, depth: int, seed: int = 0):
@@ -92,7 +92,7 @@ class StepConfig:
     seed: int = 0
 
     def __post_init__(self):
-        check_choice("mode", self.mode, MODES)
+        check_choice("mode", self.mode, DDP_MODES)
         check_int("width", self.width, low=1, high=65536)
         check_int("depth", self.depth, low=1, high=64)
         check_int("batch_per_rank", self.batch_per_rank, low=1)
@@ -211,7 +211,7 @@ def _time_one_step(step: RankStep, ddp_reference: bool) -> dict:
     timer = SectionTimer(step.device)
     with timer.section("step_ms"):
         step.run(timer)
-    row = {name: 0.0 for name in SECTIONS}
+    row = {name: 0.0 for name in DDP_SECTIONS}
     row.update(timer.totals_ms())
     if step.cfg.mode == "no_overlap":
         row["exposed_comm_ms"] = row["wait_ms"] + row["allreduce_ms"]
@@ -303,7 +303,7 @@ def _finish_rows(step: RankStep, timed: list[dict], index: int, ctx) -> list[dic
         row.update(asdict(cfg), run=index, step=i, world_size=ctx.world_size, backend=ctx.backend,
                    device=ctx.device.split(":")[0], gradient_bytes=cfg.gradient_bytes,
                    global_batch=cfg.batch_per_rank * ctx.world_size, flat_allreduce_ms=flat_ms)
-        row["other_ms"] = row["step_ms"] - sum(row[k] for k in SECTIONS)
+        row["other_ms"] = row["step_ms"] - sum(row[k] for k in DDP_SECTIONS)
     return timed
 
 

@@ -39,7 +39,8 @@ from labutils import budget as bm
 from labutils import hardware_ratio as hr
 from labutils.busbw import bandwidths_GBps, bus_factor
 from labutils.ddp_model import max_hidden_gradient_bytes, min_busbw_for_efficiency, predicted_efficiency
-from labutils.doctor import case_inputs, diagnose, path_band
+from labutils.doctor import case_inputs, diagnose
+from labutils.doctor_evidence import path_band
 from labutils.fit import allreduce_ms, latency_term_us
 from labutils.ring import ring_bytes_per_rank
 from labutils.tensor_parallel import TOY_A, TOY_B, relu, toy_split, toy_whole, toy_wrong_split

@@ -11,12 +11,11 @@ import math
 
 import numpy as np
 
+from labutils.arrays import as_float_array, float_or_array, safe_divide
 from labutils.budget import (
     WIRE_DTYPES,
-    as_float_array,
     check_devices,
     check_inputs,
-    float_or_array,
     ring_factor,
     saved_fraction_n,
     wire_dtype_name,
@@ -41,9 +40,8 @@ def critical_intensity(compute_TFLOPs, bandwidth_GBps, eta=0.8, N=2, Q=1):
     check_inputs(eta=eta, Q=Q)
     n = float(check_devices(N))
     saved = saved_fraction_n(eta, n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(saved > 0, as_float_array(Q) * ring_factor(N) / np.where(saved > 0, saved, 1.0)
-                       * hardware_ratio(compute_TFLOPs, bandwidth_GBps), math.inf)
+    out = safe_divide(as_float_array(Q) * ring_factor(N), saved) * hardware_ratio(compute_TFLOPs, bandwidth_GBps)
+    out = np.where(saved > 0, out, math.inf)  # inf x 0 is not a number: "never" stays inf
     return float_or_array(out)
 
 
@@ -74,5 +72,5 @@ def critical_hidden(compute_TFLOPs, bandwidth_GBps, eta=0.8, N=2, Q=1, wire_dtyp
     c = as_float_array(Q) * ring_factor(N) * as_float_array(batch_tokens) * w / B
     d = as_float_array(Q) * (n - 1.0) * as_float_array(latency_ms)
     with np.errstate(divide="ignore", invalid="ignore"):
-        h = np.where(saved > 0, (c + np.sqrt(c * c + 4.0 * a * d)) / (2.0 * np.where(saved > 0, a, 1.0)), math.inf)
+        h = safe_divide(c + np.sqrt(c * c + 4.0 * a * d), 2.0 * a, where=saved > 0)
     return float_or_array(h)

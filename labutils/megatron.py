@@ -32,7 +32,7 @@ from labutils.buffers import torch_dtype
 from labutils.inputs import LabInputError, check_choice, check_int
 from labutils.launch import launch, resolve_backend
 from labutils.tensor_parallel import (
-    DTYPES,
+    LAYER_DTYPES,
     MLPWeights,
     as_size,
     compare,
@@ -289,7 +289,7 @@ def run_backward_check(nproc: int = 2, size=(8, 64), dtypes=("float32",), seed: 
 
     dtypes = (dtypes,) if isinstance(dtypes, str) else tuple(dtypes)
     for d in dtypes:
-        check_choice("dtypes", d, DTYPES)
+        check_choice("dtypes", d, LAYER_DTYPES)
     split_columns(as_size(size).ffn, nproc, "nproc")  # refuse here, not in every rank
     per_rank = launch(backward_check_worker, nproc,
                       kwargs={"size": astuple(as_size(size)), "seed": seed, "dtypes": dtypes, "activation": activation,
@@ -362,7 +362,7 @@ def _cli(args) -> int:
 
     dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
     for d in dtypes:
-        check_choice("dtypes", d, DTYPES)
+        check_choice("dtypes", d, LAYER_DTYPES)
     choice = resolve_backend(args.backend, args.device, args.nproc)
     frame = run_tp_check(args.nproc, (args.batch, args.hidden), dtypes, args.seed, choice.backend, choice.device,
                          timeout_s=args.timeout_s)

@@ -21,10 +21,9 @@ Any width scales the x16 figures by width / 16.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 
+from labutils.commands import tool_output
 from labutils.inputs import LabInputError, check_choice
 from labutils.links import LinkFigure, pcie_figure, range_kind
 
@@ -216,16 +215,7 @@ def bridges_above(devices, device: PciDevice) -> list[PciDevice]:
 
 def run_lspci(timeout_s: float = 15.0) -> tuple[str | None, str]:
     """(`lspci -vvv` output, "") or (None, why not)."""
-    exe = shutil.which("lspci")
-    if exe is None:
-        return None, "lspci is not installed (package pciutils)"
-    try:
-        done = subprocess.run([exe, "-D", "-vvv"], capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"lspci -vvv did not answer ({exc})"
-    if done.returncode != 0 or not done.stdout.strip():
-        return None, f"lspci -vvv failed ({done.returncode}): {(done.stderr or '').strip()[:200]}"
-    return done.stdout, ""
+    return tool_output(["lspci", "-D", "-vvv"], "lspci is not installed (package pciutils)", timeout_s, "lspci -vvv")
 
 
 def scale_to_pcie(fig: LinkFigure, gen: int, width: int = 16) -> LinkFigure:

@@ -7,7 +7,7 @@ Reading order:
    to its own copy; afterwards rank r holds the full sum of chunk (r + 1) mod N. In all-gather
    step s rank r sends chunk (r + 1 − s) mod N to r + 1, which overwrites its copy. Every
    intermediate state is kept as small integer arrays, with which ranks' inputs each chunk
-   already holds, so a reader can follow every number; `draw_ring` draws one panel per step.
+   already holds, so a reader can follow every number; `ring_draw.draw_ring` draws one panel per step.
 2. the bytes: every step each rank sends one chunk, size/N bytes, so over 2(N−1) steps a rank
    sends 2(N−1)/N · size bytes (and receives as many): nccl-tests' bus factor. Dividing the bytes
    each rank moves by the time gives busbw, a per-link rate comparable across N.
@@ -16,30 +16,23 @@ Reading order:
    sends, from explicitly built trees: NCCL's *double* binary tree moves about 2·size per rank,
    the same as the ring, while a plain binary tree's inner ranks send 3·size (one copy up, two
    down). NCCL builds its trees across nodes; inside a node its ranks form a chain.
-4. the real thing (`hand_ring_all_reduce`, `ring_worker`, `run_hand_ring`): the same algorithm
+4. the real thing (`labutils.hand_ring`: `hand_ring_all_reduce`, `run_hand_ring`): the same algorithm
    with torch.distributed point-to-point `isend`/`recv` on N ranks (gloo on the CPU), checked
    element by element against `dist.all_reduce` on the same data and timed against it.
 
-Everything in 1–3 is arithmetic on numbers; 4 is a measurement.
+Everything in 1–3, this module, is arithmetic on numbers; 4 is a measurement.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from labutils.buffers import expected, fill
-from labutils.busbw import bandwidths_GBps, bus_factor, canonical_dtype, element_bytes, layout
+from labutils.busbw import bus_factor
 from labutils.fit import latency_term_us
-from labutils.harness import agree_iters, warmup_iters
 from labutils.inputs import LabInputError, check_choice, check_int, check_range
-from labutils.launch import default_threads, launch
-from labutils.plots import PALETTE, new_figure
-from labutils.timing import across_ranks, time_loop
 
 PHASES = ("reduce-scatter", "all-gather")
 
@@ -137,7 +130,7 @@ class RingRun:
         rows, before = [], self.inputs
         for step in self.steps:
             for t in step.transfers:
-                shown = (lambda values: " ".join(map(str, _chunk(values, self.bounds, t.chunk).tolist())))  # noqa: B023 - called at once, in this iteration
+                shown = (lambda values: " ".join(map(str, chunk_view(values, self.bounds, t.chunk).tolist())))  # noqa: B023 - called at once, in this iteration
                 rows.append({"step": step.number, "phase": step.phase, "from rank": t.src, "to rank": t.dst,
                              "chunk": t.chunk, "sent": shown(before[t.src]),
                              "receiver's chunk after": shown(step.values[t.dst])})
@@ -145,7 +138,7 @@ class RingRun:
         return pd.DataFrame(rows)
 
 
-def _chunk(buffer: np.ndarray, bounds, c: int) -> np.ndarray:
+def chunk_view(buffer: np.ndarray, bounds, c: int) -> np.ndarray:
     start, stop = bounds[c]
     return buffer[start:stop]
 
@@ -374,202 +367,3 @@ def ring_vs_tree_table(world_sizes=(2, 4, 8, 16, 32, 64, 128), size_bytes: float
             row[f"{algo} time_us"] = allreduce_model_us(algo, size_bytes, n, alpha_step_us, link_GBps)
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-# --- drawing -------------------------------------------------------------------------------------
-
-def draw_ring_step(ax, run: RingRun, number: int) -> None:
-    """Draw the buffers after step `number` (0: the inputs) on `ax`.
-
-    One row of boxes per rank, one box per chunk with its numbers; a chunk that holds the full
-    sum is green, one holding some ranks' inputs is shaded by how many; the chunks just received
-    are outlined in red and every message of the step is an arrow from the sender's chunk down to
-    its right neighbour's (the last rank's message wraps round to rank 0, drawn at the edges).
-    """
-    from matplotlib.patches import Rectangle
-
-    n = run.world_size
-    step = run.steps[number - 1] if number > 0 else None
-    values = step.values if step else run.inputs
-    holders = step.contributors if step else np.eye(n, dtype=bool)[:, None, :].repeat(n, axis=1)
-    received = {(t.dst, t.chunk) for t in step.transfers} if step else set()
-    row_gap, height = 1.0, 0.55  # rank r's boxes span y = -r*row_gap +- height/2
-    longest = max(len(" ".join(map(str, _chunk(values[r], run.bounds, c).tolist())))
-                  for r in range(n) for c in range(n))
-    fontsize = max(5.0, min(10.0, 44.0 / max(4, longest)))
-    arrow = {"arrowstyle": "-|>", "color": PALETTE[3], "lw": 1.4, "mutation_scale": 9}
-    for r in range(n):
-        y = -r * row_gap
-        ax.text(-0.15, y, f"rank {r}", ha="right", va="center", fontsize=8, color="0.25")
-        for c in range(n):
-            share = holders[r, c].sum() / n
-            colour = PALETTE[2] if holders[r, c].all() else (0.92 - 0.5 * share, 0.95 - 0.35 * share, 1.0)
-            edge, lw = (PALETTE[3], 2.6) if (r, c) in received else ("0.35", 0.8)
-            ax.add_patch(Rectangle((c + 0.04, y - height / 2), 0.92, height, facecolor=colour, edgecolor=edge,
-                                   lw=lw, zorder=2))
-            text = " ".join(map(str, _chunk(values[r], run.bounds, c).tolist()))
-            ax.text(c + 0.5, y, text, ha="center", va="center", fontsize=fontsize, zorder=3,
-                    color="white" if holders[r, c].all() else "black")
-    top, bottom = height / 2, -(n - 1) * row_gap - height / 2
-    for t in (step.transfers if step else ()):
-        x = t.chunk + 0.5
-        if t.dst == t.src + 1:
-            ax.annotate("", xy=(x, -t.dst * row_gap + height / 2), xytext=(x, -t.src * row_gap - height / 2),
-                        arrowprops=arrow, zorder=4)
-        else:  # the ring closes: the last rank sends to rank 0
-            ax.annotate("", xy=(x, bottom - 0.32), xytext=(x, bottom), arrowprops=arrow, zorder=4)
-            ax.text(x, bottom - 0.36, f"to rank {t.dst}", ha="center", va="top", fontsize=7, color=PALETTE[3])
-            ax.annotate("", xy=(x, top), xytext=(x, top + 0.32), arrowprops=arrow, zorder=4)
-            ax.text(x, top + 0.36, f"from rank {t.src}", ha="center", va="bottom", fontsize=7, color=PALETTE[3])
-    for c in range(n):
-        ax.text(c + 0.5, bottom - 0.85, f"chunk {c}", ha="center", va="center", fontsize=7, color="0.4")
-    ax.set_xlim(-1.1, n + 0.05)
-    ax.set_ylim(bottom - 1.0, top + 0.75)
-    ax.axis("off")
-    if step is None:
-        ax.set_title("the inputs", fontsize=10)
-    else:
-        verb = "adds it" if step.phase == "reduce-scatter" else "keeps it"
-        ax.set_title(f"step {step.number}: {step.phase} {step.index}/{n - 1}\n"
-                     f"each rank sends one chunk on; the receiver {verb}", fontsize=9)
-
-
-def draw_ring(run: RingRun, columns: int | None = None):
-    """One panel per step of `run` (the inputs first), as one matplotlib figure; returns it."""
-
-    panels = len(run.steps) + 1
-    cols = columns or min(4, panels)
-    rows = math.ceil(panels / cols)
-    n = run.world_size
-    fig, axes = new_figure(rows, cols, figsize=(cols * (1.0 + 0.75 * n), rows * (1.3 + 0.55 * n)), squeeze=False)
-    for i, ax in enumerate(axes.ravel()):
-        if i < panels:
-            draw_ring_step(ax, run, i)
-        else:
-            ax.axis("off")
-    fig.suptitle(f"Ring all-reduce on {n} ranks, chunk by chunk (green: the full sum; red outline: "
-                 "just received)", fontsize=11)
-    fig.tight_layout()
-    return fig
-
-
-# --- 4. the real thing ---------------------------------------------------------------------------
-
-def hand_ring_all_reduce(t) -> None:
-    """Sum `t` (a contiguous 1-D tensor) over all ranks, in place, as a ring of point-to-point messages.
-
-    Reduce-scatter then all-gather, the schedule of `ring_schedule`: each step posts a
-    non-blocking `isend` to the right neighbour and a blocking `recv` from the left one, so no
-    rank waits for a send that nobody receives yet. Every rank must call it with a tensor of
-    the same length (chunks are cut as torch.tensor_split cuts them; empty chunks are skipped
-    on both sides alike).
-    """
-    import torch
-    import torch.distributed as dist
-
-    n, r = dist.get_world_size(), dist.get_rank()
-    if n == 1:
-        return
-    chunks = list(torch.tensor_split(t, n))
-    right, left = (r + 1) % n, (r - 1) % n
-    scratch = torch.empty_like(chunks[0])
-    for s in range(n - 1):  # reduce-scatter: receive into scratch, add
-        send, recv = chunks[(r - s) % n], chunks[(r - s - 1) % n]
-        if send.numel():
-            request = dist.isend(send, right)
-        if recv.numel():
-            dist.recv(scratch[:recv.numel()], left)
-            recv.add_(scratch[:recv.numel()])
-        if send.numel():
-            request.wait()
-    for s in range(n - 1):  # all-gather: receive straight into place
-        send, recv = chunks[(r + 1 - s) % n], chunks[(r - s) % n]
-        if send.numel():
-            request = dist.isend(send, right)
-        if recv.numel():
-            dist.recv(recv, left)
-        if send.numel():
-            request.wait()
-
-
-def _compare_with_all_reduce(count: int, dtype: str, ctx) -> int:
-    """Elements (summed over ranks) where the hand ring differs from dist.all_reduce on the same
-    input, or from the exact expected sum."""
-    import torch
-    import torch.distributed as dist
-
-    mine = fill(ctx.rank, count, dtype, ctx.device)
-    theirs = mine.clone()
-    hand_ring_all_reduce(mine)
-    dist.all_reduce(theirs)
-    exact = expected(layout("all_reduce", count * mine.element_size(), dtype, ctx.world_size), ctx.rank, ctx.device)
-    wrong = torch.tensor([int(((mine != theirs) | (mine != exact)).sum().item())], dtype=torch.int64,
-                         device=ctx.device)
-    dist.all_reduce(wrong)
-    return int(wrong.item())
-
-
-def ring_worker(ctx, sizes, dtype: str = "float32", budget_ms: float = 40.0, warmup: int = 2,
-                rounds: int = 3, time_it: bool = True) -> list[dict]:
-    """Run in every rank: per size, check the hand ring against dist.all_reduce, then time both.
-
-    Timing: warm-up calls, a probe from which rank 0 picks the iteration count (harness.
-    agree_iters, broadcast), then `rounds` rounds alternating which of the two goes first, each a
-    timed loop between synchronised clocks (timing.time_loop); each keeps its median round and
-    the mean over ranks (timing.across_ranks). Returns the same rows on every rank.
-    """
-    import torch
-    import torch.distributed as dist
-
-    rows = []
-    for size in sizes:
-        count = max(ctx.world_size, int(size) // element_bytes(dtype))
-        wrong = _compare_with_all_reduce(count, dtype, ctx)
-        row = {"size_bytes": count * element_bytes(dtype), "count": count, "world_size": ctx.world_size,
-               "backend": ctx.backend, "wrong": wrong}
-        if time_it:
-            buf = torch.zeros(count, dtype=getattr(torch, dtype), device=ctx.device)
-            calls = {"hand_ring": lambda: hand_ring_all_reduce(buf), "all_reduce": lambda: dist.all_reduce(buf)}  # noqa: B023
-            for call in calls.values():
-                for _ in range(max(1, warmup_iters(row["size_bytes"], warmup))):
-                    call()
-            probe = max(time_loop(call, 1, ctx.device) for call in calls.values())
-            iters = agree_iters(probe, budget_ms / (2 * rounds), 1, 500, ctx.device)
-            times = {name: [] for name in calls}
-            for k in range(rounds):
-                order = list(calls) if k % 2 == 0 else list(calls)[::-1]
-                for name in order:
-                    times[name].append(time_loop(calls[name], iters, ctx.device))
-            for name, samples in times.items():
-                row[f"{name}_us"] = across_ranks(statistics.median(samples), ctx.device).mean * 1e3
-            row["iters"] = iters
-        rows.append(row)
-        if ctx.rank == 0:
-            ctx.report({"done": len(rows), "of": len(sizes)})
-    return rows
-
-
-def run_hand_ring(sizes=(4096, 262144, 4 << 20), nproc: int = 4, dtype: str = "float32", budget_ms: float = 40.0,
-                  time_it: bool = True, backend: str = "gloo", device: str = "cpu",
-                  timeout_s: float | None = None) -> pd.DataFrame:
-    """Launch `ring_worker` on `nproc` local ranks; one row per size with the check and both times.
-
-    Columns: size_bytes, count, world_size, backend, wrong (must be 0), and when timed
-    hand_ring_us, all_reduce_us, iters, ratio (hand / library), and each one's busbw in GB/s.
-    """
-
-    nproc = check_int("nproc", nproc, low=2)
-    dtype = canonical_dtype(dtype)
-    sizes = [check_int("size_bytes", int(s), low=1) for s in sizes]
-    check_range("budget_ms", budget_ms, low=0, low_open=True, unit="ms")
-    timeout_s = timeout_s or 60.0 + len(sizes) * (4 * budget_ms / 1e3 + 5.0)
-    rows = launch(ring_worker, nproc, kwargs={"sizes": sizes, "dtype": dtype, "budget_ms": budget_ms,
-                                              "time_it": time_it},
-                  backend=backend, device=device, timeout_s=timeout_s, threads_per_rank=default_threads(nproc))[0]
-    frame = pd.DataFrame(rows)
-    if time_it and len(frame):
-        frame["ratio"] = frame["hand_ring_us"] / frame["all_reduce_us"]
-        for name in ("hand_ring", "all_reduce"):
-            frame[f"{name}_busbw_GBps"] = [bandwidths_GBps("all_reduce", s, t, nproc)[1]
-                                           for s, t in zip(frame["size_bytes"], frame[f"{name}_us"])]
-    return frame

@@ -126,7 +126,7 @@ def toy_worker(ctx) -> dict:
 
 # --- 2. the Megatron-style MLP block ----------------------------------------------------------------
 
-DTYPES = ("float64", "float32", "bfloat16", "float16")  # the layer's dtypes (names: labutils.busbw)
+LAYER_DTYPES = ("float64", "float32", "bfloat16", "float16")  # the layer's dtypes (names: labutils.busbw)
 ACTIVATIONS = ("relu", "gelu")
 
 
@@ -371,7 +371,7 @@ def run_tp_check(nproc: int = 2, size=(8, 64), dtypes=("float32",), seed: int = 
 
 # --- 4. the step timer ----------------------------------------------------------------------------
 
-SECTIONS = ("serial", "compute", "communication")
+TP_SECTIONS = ("serial", "compute", "communication")
 
 
 @dataclass(frozen=True)
@@ -392,7 +392,7 @@ class StepTimes:
 def timed_step(step, device: str = "cpu"):
     """Run `step(timer)` once inside a "total" section; returns (step's result, StepTimes).
 
-    `step` times its parts with `timer.section(name)` for name in SECTIONS (a part may be absent).
+    `step` times its parts with `timer.section(name)` for name in TP_SECTIONS (a part may be absent).
     On CUDA the sections are CUDA events on the current stream, on the CPU perf_counter intervals.
     """
 
@@ -400,11 +400,11 @@ def timed_step(step, device: str = "cpu"):
     with timer.section("total"):
         result = step(timer)
     totals = timer.totals_ms()
-    unknown = set(totals) - set(SECTIONS) - {"total"}
+    unknown = set(totals) - set(TP_SECTIONS) - {"total"}
     if unknown:
-        raise LabInputError(f"unknown timer section(s) {sorted(unknown)}; use {SECTIONS}")
+        raise LabInputError(f"unknown timer section(s) {sorted(unknown)}; use {TP_SECTIONS}")
     total = totals["total"]
-    parts = {name: totals.get(name, 0.0) for name in SECTIONS}
+    parts = {name: totals.get(name, 0.0) for name in TP_SECTIONS}
     gap = max(0.0, total - sum(parts.values()))
     serial = total - parts["compute"] - parts["communication"]
     return result, StepTimes(serial, parts["compute"], parts["communication"], total, gap)

@@ -7,6 +7,9 @@ matplotlib figure in place (the same artists, new data) and renders it to PNG in
 `ipywidgets.Image`, so it works in a plain JupyterLab (no ipympl) and never flickers. The readout is an `ipywidgets.HTML` whose numbers sit in
 elements with `data-key` / `data-value` attributes, for tests and browsers to read. An error
 inside a callback is shown in the readout (class `lab-error`), never swallowed.
+
+The data-parallel scaling dashboard (`ddp_scaling_dashboard`, notebook 08) follows the same
+pattern, `labutils.dashboard.Dashboard`: controls -> pure compute -> readout and figure in place.
 """
 
 from __future__ import annotations
@@ -14,22 +17,18 @@ from __future__ import annotations
 import html
 import io
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from labutils.budget import BASE_CASE, check_devices, evaluate_n, verdict, wire_dtype_name
+from labutils.dashboard import LABEL, WIDTH, Dashboard, agg_figure, figure_png, layout
 from labutils.ddp_model import predicted_efficiency
 from labutils.fit import ARTICLE_BUSBW_GBps, allreduce_ms
 from labutils.inputs import LabInputError
 from labutils.links import link_figures
 from labutils.my_link import load_link, saved_links
-from labutils.plots import (
-    apply_style,
-    budget_curves,
-    ddp_efficiency_curves,
-    label_budget_curves,
-    update_budget_curves,
-    update_ddp_efficiency_curves,
-)
+from labutils.plots import apply_style
+from labutils.plots_budget import budget_curves, label_budget_curves, update_budget_curves
+from labutils.plots_training import ddp_efficiency_curves, update_ddp_efficiency_curves
 
 # --- time budget dashboard ---
 
@@ -104,7 +103,7 @@ def _make_slider(key: str, value: float):
     # the slider's step (a preset's 24 GB/s would come back as 23.99), so typed and preset values
     # would not stay exact. A drag updates on release; arrow keys and typed values at once.
     slider = getattr(w, cls)(value=value, description=description, continuous_update=False,
-                             style={"description_width": "150px"}, layout=w.Layout(width="430px"), **kwargs)
+                             style=LABEL, layout=w.Layout(width=WIDTH), **kwargs)
     slider.add_class("lab-slider")
     slider.add_class(f"lab-slider-{key.replace('_', '-')}")
     return slider
@@ -115,8 +114,8 @@ def _make_control(key: str, value):
 
     description, options, _ = _CONTROLS[key]
     control = w.ToggleButtons(options=[(label.strip(), v) for label, v in options], value=value,
-                              description=description, style={"description_width": "150px", "button_width": "60px"},
-                              layout=w.Layout(width="430px"))
+                              description=description, style={**LABEL, "button_width": "60px"},
+                              layout=w.Layout(width=WIDTH))
     control.add_class("lab-control")
     control.add_class(f"lab-control-{key.replace('_', '-').lower()}")
     return control
@@ -146,7 +145,7 @@ def _number_text(value: float, unit: str) -> str:
     return f"{value:.4g} {unit}".strip()
 
 
-def readout_html(values: dict, budget, verdict: str, preset: Preset | None = None, settings: dict | None = None) -> str:
+def budget_readout_html(values: dict, budget, verdict: str, preset: Preset | None = None, settings: dict | None = None) -> str:
     """Stable HTML for the readout: `[data-key=speedup]` holds `data-value` (repr, or "inf");
     the inputs sit in `data-<input>` attributes, N and the wire dtype in `data-n`, `data-wire-dtype`."""
     settings = settings or {"N": 2, "wire_dtype": "fp32"}
@@ -170,70 +169,40 @@ def readout_html(values: dict, budget, verdict: str, preset: Preset | None = Non
             '<p class="lab-model-note"><i>A model with stated assumptions, not a measurement.</i></p></div>')
 
 
-def error_html(exc: BaseException) -> str:
-    """What the readout shows when a callback fails: the error, in red, with its type."""
-    return (f'<div class="lab-readout lab-error" data-error="{html.escape(type(exc).__name__)}" '
-            f'style="color:#b00020"><b>Error: {html.escape(type(exc).__name__)}</b>: {html.escape(str(exc))}</div>')
-
-
 def _dashboard_title(N: int) -> str:
     many = "two (T2)" if N == 2 else f"{N} (T{N})"
     return f"one device (T1) against {many} as the divisible compute C grows"
 
 
 @dataclass(frozen=True)
-class BudgetDashboard:
-    """The widgets of the budget dashboard. Display it (`dash` as the last line of a cell).
+class BudgetDashboard(Dashboard):
+    """The widgets of the budget dashboard (the pattern of `labutils.dashboard.Dashboard`).
 
     `sliders` maps each input name to its slider; `values()` reads them; `controls` holds the
-    toggles for N and the wire dtype, read by `settings()`; `state()` holds the numbers the
-    readout shows (plus "values", "settings", "verdict" and "error"); `png()` is the current figure.
+    toggles for N and the wire dtype, read by `settings()`; `preset` is the preset menu; `state()`
+    holds the numbers the readout shows (plus "values", "settings", "verdict" and "error"); `png()`
+    is the current figure.
     """
 
-    sliders: dict
     controls: dict
     preset: object
-    readout: object
-    image: object
-    figure: object
-    box: object
     presets: tuple
     _art: dict
-    _state: dict = field(default_factory=dict)
-
-    def values(self) -> dict:
-        return {key: float(slider.value) for key, slider in self.sliders.items()}
 
     def settings(self) -> dict:
         """{"N": devices, "wire_dtype": "fp32" or "bf16"} from the toggles."""
         return {"N": int(self.controls["N"].value), "wire_dtype": str(self.controls["wire_dtype"].value)}
 
-    def state(self) -> dict:
-        return dict(self._state)
+    def compute(self, values: dict) -> dict:
+        settings = self.settings()
+        budget = evaluate_n(**values, **settings)
+        return {**budget.as_dict(), "settings": settings, "verdict": verdict(budget, settings["N"]), "_budget": budget}
 
-    def png(self) -> bytes:
-        return bytes(self.image.value)
+    def readout_html(self, values: dict, numbers: dict) -> str:
+        return budget_readout_html(values, numbers["_budget"], numbers["verdict"], self._state.get("_preset"),
+                                   numbers["settings"])
 
-    def refresh(self, *_change) -> None:
-        """Recompute, update the figure in place and the readout; show an error instead of raising."""
-        if self._state.get("muted"):
-            return
-
-        try:
-            values, settings = self.values(), self.settings()
-            budget = evaluate_n(**values, **settings)
-            png = self._render(values, budget, settings)
-            text = verdict(budget, settings["N"])
-            preset = self._state.get("preset")
-            self.readout.value = readout_html(values, budget, text, preset, settings)
-            self.image.value = png
-            self._state.update({**budget.as_dict(), "values": values, "settings": settings, "verdict": text,
-                                "error": None})
-        except Exception as exc:  # noqa: BLE001 - shown to the reader, see error_html
-            self.readout.value = error_html(exc)
-            self._state.update({"error": f"{type(exc).__name__}: {exc}"})
-
-    def _render(self, values: dict, budget, settings: dict | None = None) -> bytes:
+    def draw(self, values: dict, numbers: dict) -> bytes:
         """Move the artists and return the figure as PNG bytes.
 
         The still parts (axes, ticks, legend) are drawn once and kept as a background; a move
@@ -242,20 +211,20 @@ class BudgetDashboard:
         """
         from PIL import Image
 
-        settings = settings or {"N": 2, "wire_dtype": "fp32"}
+        settings = numbers["settings"]
         ax = self.figure.axes[0]
         before = (ax.get_xlim(), ax.get_ylim())
-        relabel = self._state.get("drawn_N", 2) != settings["N"]
+        relabel = self._state.get("_drawn_N", 2) != settings["N"]
         if relabel:
             label_budget_curves(self._art, settings["N"], legend_outside=True)
             ax.set_title(_dashboard_title(settings["N"]))
-            self._state["drawn_N"] = settings["N"]
-        update_budget_curves(self._art, {**values, **settings}, budget, sticky=True, numbers_in_title=False)
+            self._state["_drawn_N"] = settings["N"]
+        update_budget_curves(self._art, {**values, **settings}, numbers["_budget"], sticky=True, numbers_in_title=False)
         canvas = self.figure.canvas
-        if relabel or self._state.get("background") is None or before != (ax.get_xlim(), ax.get_ylim()):
+        if relabel or self._state.get("_background") is None or before != (ax.get_xlim(), ax.get_ylim()):
             canvas.draw()
-            self._state["background"] = canvas.copy_from_bbox(self.figure.bbox)
-        canvas.restore_region(self._state["background"])
+            self._state["_background"] = canvas.copy_from_bbox(self.figure.bbox)
+        canvas.restore_region(self._state["_background"])
         for artist in self._art.values():
             self.figure.draw_artist(artist)
         width, height = canvas.get_width_height()
@@ -267,24 +236,14 @@ class BudgetDashboard:
     def load_preset(self, index: int) -> None:
         """Set every slider from presets[index], then refresh once."""
         preset = self.presets[index]
-        self._state["muted"] = True
+        self._state["_muted"] = True
         try:
             for key, value in preset.values.items():
                 _set_slider(self.sliders[key], value)
         finally:
-            self._state["muted"] = False
-        self._state["preset"] = preset
+            self._state["_muted"] = False
+        self._state["_preset"] = preset
         self.refresh()
-
-    def show_static(self) -> None:
-        """Display the current figure and readout as plain outputs (kept in exported HTML)."""
-        from IPython.display import HTML, Image, display
-
-        display(Image(self.png()))
-        display(HTML(self.readout.value))
-
-    def _repr_mimebundle_(self, **kwargs):
-        return self.box._repr_mimebundle_(**kwargs)
 
 
 def budget_dashboard(presets=None, initial: dict | None = None, dpi: int = 80, N: int = 2,
@@ -298,42 +257,31 @@ def budget_dashboard(presets=None, initial: dict | None = None, dpi: int = 80, N
     or `dash.controls["N"].value = 4` updates readout and figure.
     """
     import ipywidgets as w
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     presets = tuple(presets if presets is not None else budget_presets())
     values = {k: float(v) for k, v in (initial or presets[0].values).items()}
     N, wire_dtype = check_devices(N), wire_dtype_name(wire_dtype)
     if N not in (2, 4, 8) or wire_dtype not in ("fp32", "bf16"):
-
         raise LabInputError(f"N={N} and wire_dtype={wire_dtype!r}: the dashboard offers N in 2, 4, 8 and fp32 or bf16")
     chosen = next((i for i, p in enumerate(presets) if {k: float(v) for k, v in p.values.items()} == values), None)
     apply_style()
-    figure = Figure(figsize=(9.0, 4.0), dpi=dpi)
-    FigureCanvasAgg(figure)
+    figure = agg_figure(dpi, left=0.08, right=0.66, bottom=0.13, top=0.9)
     ax = figure.add_subplot()
-    figure.subplots_adjust(left=0.08, right=0.66, bottom=0.13, top=0.9)
     art = budget_curves(ax, {**values, "N": N, "wire_dtype": wire_dtype}, legend_outside=True)
     ax.set_title(_dashboard_title(N))
     for artist in art.values():
-        artist.set_animated(True)  # drawn over a kept background, see BudgetDashboard._render
+        artist.set_animated(True)  # drawn over a kept background, see BudgetDashboard.draw
     sliders = {key: _make_slider(key, values[key]) for key in _SLIDERS}
     controls = {"N": _make_control("N", N), "wire_dtype": _make_control("wire_dtype", wire_dtype)}
     menu = w.Dropdown(options=[(p.name, i) for i, p in enumerate(presets)], value=chosen,
-                      description="preset", style={"description_width": "150px"}, layout=w.Layout(width="430px"))
+                      description="preset", style=LABEL, layout=w.Layout(width=WIDTH))
     menu.add_class("lab-preset-menu")
-    readout = w.HTML(layout=w.Layout(width="430px"))
-    readout.add_class("lab-readout")
-    image = w.Image(format="png", layout=w.Layout(width=f"{int(9.0 * dpi)}px"))
-    image.add_class("lab-figure")
-    box = w.VBox([w.HBox([w.VBox([menu, *sliders.values(), *controls.values()]), readout]), image])
-    box.add_class("lab-dashboard")
-    dash = BudgetDashboard(sliders, controls, menu, readout, image, figure, box, presets, art,
-                           {"preset": None if chosen is None else presets[chosen], "drawn_N": N})
-    for widget in (*sliders.values(), *controls.values()):
-        widget.observe(dash.refresh, names="value")
+    box, readout, image = layout([menu, *sliders.values(), *controls.values()], f"{int(9.0 * dpi)}px")
+    dash = BudgetDashboard(sliders, readout, image, figure, box,
+                           {"_preset": None if chosen is None else presets[chosen], "_drawn_N": N},
+                           controls, menu, presets, art)
     menu.observe(lambda change: change["new"] is not None and dash.load_preset(change["new"]), names="value")
-    dash.refresh()
+    dash.watch([*sliders.values(), *controls.values()])
     return dash
 
 
@@ -351,14 +299,12 @@ def ddp_scaling_dashboard(gradient_bytes: float = 200e6, busbw_GBps: float | Non
     and read `dash.state()["efficiency"][8]` or the readout's `[data-key=efficiency-N8]`.
     """
     import ipywidgets as w
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     link = load_link() if busbw_GBps is None or alpha_us is None else None
     source = link.name if link is not None else "the article's 22 GB/s link"
     busbw_GBps = busbw_GBps if busbw_GBps is not None else (link.busbw_GBps if link else ARTICLE_BUSBW_GBps)
     alpha_us = alpha_us if alpha_us is not None else (link.alpha_us if link else 0.0)
-    style = {"style": {"description_width": "150px"}, "layout": w.Layout(width="430px"), "continuous_update": False}  # exact values, as the budget sliders
+    style = {"style": LABEL, "layout": w.Layout(width=WIDTH), "continuous_update": False}  # exact values, as the budget sliders
     sliders = {
         "gradient_bytes": w.FloatLogSlider(value=gradient_bytes, base=10, min=5, max=10.5, step=0.01,
                                            description="gradient (bytes)", readout_format=".3g", **style),
@@ -374,68 +320,47 @@ def ddp_scaling_dashboard(gradient_bytes: float = 200e6, busbw_GBps: float | Non
         "scaling": w.ToggleButtons(options=["weak", "strong"], value=scaling, description="scaling"),
     }
     apply_style()
-    figure = Figure(figsize=(9.0, 4.0), dpi=dpi)
-    FigureCanvasAgg(figure)
-    figure.subplots_adjust(left=0.1, right=0.97, bottom=0.14, top=0.9)
-    readout, image = w.HTML(layout=w.Layout(width="430px")), w.Image(format="png", layout=w.Layout(width="600px"))
-    readout.add_class("lab-readout")
-    state: dict = {}
-
-    def values() -> dict:
-        return {k: (s.value if k == "scaling" else float(s.value)) for k, s in sliders.items()}
-
-    def refresh(*_change) -> None:
-        try:
-            v = values()
-            if "art" not in state:
-                state["art"] = ddp_efficiency_curves(figure.add_subplot(), v, world_sizes)
-            update_ddp_efficiency_curves(state["art"], v)
-            eff = {n: float(predicted_efficiency(v["gradient_bytes"], v["busbw_GBps"], v["compute_ms"], n,
-                                                 v["alpha_us"], v["buckets"], v["hideable"], v["scaling"]))
-                   for n in world_sizes}
-            comm = {n: float(allreduce_ms(v["gradient_bytes"], n, v["busbw_GBps"], v["alpha_us"], v["buckets"]))
-                    for n in world_sizes}
-            rows = "".join(f'<tr><th>N = {n}</th><td data-key="efficiency-N{n}" data-value="{eff[n]!r}">'
-                           f"{eff[n]:.0%}</td><td>speedup {eff[n] * n:.2f}x</td>"
-                           f'<td data-key="comm-N{n}" data-value="{comm[n]!r}">all-reduce {comm[n]:.3g} ms</td></tr>'
-                           for n in world_sizes)
-            readout.value = (f'<div class="lab-readout" data-scaling="{v["scaling"]}"><table>{rows}</table>'
-                             f"<p>Link preset: {html.escape(source)}. Efficiency = one-rank step / N-rank step "
-                             f"({'same batch per rank' if v['scaling'] == 'weak' else 'same global batch'}).</p>"
-                             "<p><i>A prediction from the model, not a measurement.</i></p></div>")
-            buf = io.BytesIO()
-            figure.savefig(buf, format="png", bbox_inches=None)
-            image.value = buf.getvalue()
-            state.update(values=v, efficiency=eff, comm_ms=comm, error=None)
-        except Exception as exc:  # noqa: BLE001 - shown in the readout, as in the budget dashboard
-            readout.value = error_html(exc)
-            state["error"] = f"{type(exc).__name__}: {exc}"
-
-    for slider in sliders.values():
-        slider.observe(refresh, names="value")
-    refresh()
-    box = w.VBox([w.HBox([w.VBox(list(sliders.values())), readout]), image])
-    box.add_class("lab-dashboard")
-    return DDPScalingDashboard(sliders, readout, image, box, state, refresh)
+    figure = agg_figure(dpi, left=0.1, right=0.97, bottom=0.14, top=0.9)
+    box, readout, image = layout(list(sliders.values()), "600px")
+    dash = DDPScalingDashboard(sliders, readout, image, figure, box, {}, tuple(world_sizes), source)
+    dash.watch(sliders.values())
+    return dash
 
 
 @dataclass(frozen=True)
-class DDPScalingDashboard:
-    """The data-parallel widget: `sliders` by input name, `readout` (HTML), `image` (PNG), `state()`."""
+class DDPScalingDashboard(Dashboard):
+    """The data-parallel widget (the pattern of `labutils.dashboard.Dashboard`): `sliders` by input
+    name, `readout` (HTML), `image` (PNG); `state()` holds values, efficiency {N: 0..1}, comm_ms
+    {N: ms} and error (None when all went well)."""
 
-    sliders: dict
-    readout: object
-    image: object
-    box: object
-    _state: dict
-    refresh: object
+    world_sizes: tuple
+    source: str
 
-    def state(self) -> dict:
-        """values, efficiency {N: 0..1}, comm_ms {N: ms} and error (None when all went well)."""
-        return {k: v for k, v in self._state.items() if k != "art"}
+    def values(self) -> dict:
+        return {k: (s.value if k == "scaling" else float(s.value)) for k, s in self.sliders.items()}
 
-    def png(self) -> bytes:
-        return bytes(self.image.value)
+    def compute(self, values: dict) -> dict:
+        v = values
+        eff = {n: float(predicted_efficiency(v["gradient_bytes"], v["busbw_GBps"], v["compute_ms"], n,
+                                             v["alpha_us"], v["buckets"], v["hideable"], v["scaling"]))
+               for n in self.world_sizes}
+        comm = {n: float(allreduce_ms(v["gradient_bytes"], n, v["busbw_GBps"], v["alpha_us"], v["buckets"]))
+                for n in self.world_sizes}
+        return {"efficiency": eff, "comm_ms": comm}
 
-    def _repr_mimebundle_(self, **kwargs):
-        return self.box._repr_mimebundle_(**kwargs)
+    def draw(self, values: dict, numbers: dict) -> bytes:
+        if "_art" not in self._state:
+            self._state["_art"] = ddp_efficiency_curves(self.figure.add_subplot(), values, self.world_sizes)
+        update_ddp_efficiency_curves(self._state["_art"], values)
+        return figure_png(self.figure)
+
+    def readout_html(self, values: dict, numbers: dict) -> str:
+        eff, comm = numbers["efficiency"], numbers["comm_ms"]
+        rows = "".join(f'<tr><th>N = {n}</th><td data-key="efficiency-N{n}" data-value="{eff[n]!r}">'
+                       f"{eff[n]:.0%}</td><td>speedup {eff[n] * n:.2f}x</td>"
+                       f'<td data-key="comm-N{n}" data-value="{comm[n]!r}">all-reduce {comm[n]:.3g} ms</td></tr>'
+                       for n in self.world_sizes)
+        return (f'<div class="lab-readout" data-scaling="{values["scaling"]}"><table>{rows}</table>'
+                f"<p>Link preset: {html.escape(self.source)}. Efficiency = one-rank step / N-rank step "
+                f"({'same batch per rank' if values['scaling'] == 'weak' else 'same global batch'}).</p>"
+                "<p><i>A prediction from the model, not a measurement.</i></p></div>")

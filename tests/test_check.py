@@ -141,3 +141,20 @@ def test_nvidia_smi_that_hangs_or_fails_is_reported(monkeypatch, tmp_path):
     _fake_nvidia_smi(tmp_path, "echo 'NVIDIA-SMI has failed' >&2; exit 9")
     text, why = run_nvidia_smi()
     assert text is None and "failed (9)" in why and "NVIDIA-SMI has failed" in why
+
+
+def test_lspci_missing_hanging_failing_or_silent_is_one_line(monkeypatch, tmp_path):
+    """pcie.run_lspci through commands.tool_output: (None, why) for every way lspci can let us down."""
+    from labutils.pcie import run_lspci
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert run_lspci() == (None, "lspci is not installed (package pciutils)")
+    fake = tmp_path / "lspci"
+    for body, timeout_s, want in (("exec /bin/sleep 5", 0.5, "lspci -vvv did not answer within 0.5 s"),
+                                  ("echo 'pcilib: no access' >&2; exit 3", 15.0, "lspci -vvv failed (3): pcilib: no access"),
+                                  ("exit 0", 15.0, "lspci -vvv failed (0): ")):
+        fake.write_text(f"#!/bin/sh\n{body}\n")
+        fake.chmod(0o755)
+        assert run_lspci(timeout_s) == (None, want)
+    fake.write_text("#!/bin/sh\necho \"$@\"\n")
+    assert run_lspci() == ("-D -vvv\n", "")

@@ -1,14 +1,14 @@
 """Data-parallel training: DDP gradients equal one-rank gradients, timing adds up, predictions hold."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 from rank_workers import gradient_worker
 
-from labutils import data_parallel as dp
-from labutils import ddp_model, ddp_step
+from labutils import data_parallel, ddp_model, ddp_step
 from labutils.fit import allreduce_ms
 from labutils.inputs import LabInputError
 from labutils.launch import launch
@@ -109,7 +109,7 @@ def _summary():
 
 
 def test_scaling_table_weak_and_strong():
-    table = dp.scaling_table(_summary()).set_index(["mode", "scaling"])
+    table = data_parallel.scaling_table(_summary()).set_index(["mode", "scaling"])
     assert table.loc[("ddp", "weak"), "efficiency"] == pytest.approx(3.6 / 6.6)
     assert table.loc[("ddp", "weak"), "speedup"] == pytest.approx(2 * 3.6 / 6.6)
     assert table.loc[("ddp", "strong"), "speedup"] == pytest.approx(1.0)
@@ -118,11 +118,11 @@ def test_scaling_table_weak_and_strong():
 
 def test_breakdown_adds_up_and_prediction_table():
     summary = _summary()
-    parts = dp.time_breakdown(summary)
+    parts = data_parallel.time_breakdown(summary)
     assert np.allclose(parts.drop(columns="step_ms").sum(axis=1), parts["step_ms"])
     assert parts["exposed comm"].tolist() == [0.0, 0.0, 3.0, 4.5]
     assert parts["wait for slowest rank"].tolist() == [0.0, 0.0, 0.0, 0.5]
-    pred = dp.prediction_table(summary, busbw_GBps=1.0, alpha_us=0.0).set_index("mode")
+    pred = data_parallel.prediction_table(summary, busbw_GBps=1.0, alpha_us=0.0).set_index("mode")
     comm = summary["gradient_bytes"][0] / 1e6
     assert pred.loc["no_overlap", "no_overlap_pred_ms"] == pytest.approx(3.5 + comm)
     assert pred.loc["ddp", "overlap_pred_ms"] == pytest.approx(1.5 + max(2.0, comm))
@@ -166,9 +166,9 @@ def test_replicas_stay_equal_over_training_steps(two_rank_gradients):
 def test_measured_steps_decompose_and_agree():
     configs = [ddp_step.StepConfig(WIDTH, DEPTH, PER_RANK, "ddp", bucket_cap_mb=0.01, steps=4, warmup=1),
                ddp_step.StepConfig(WIDTH, DEPTH, PER_RANK, "no_overlap", steps=3, warmup=1)]
-    steps = dp.measure(configs, 2, backend="gloo", device="cpu", timeout_s=120, progress=False)
+    steps = data_parallel.measure_ddp_steps(configs, 2, backend="gloo", device="cpu", timeout_s=120, progress=False)
     assert steps.groupby("mode").size().to_dict() == {"ddp": 4, "no_overlap": 3}
-    parts = steps[list(ddp_step.SECTIONS) + ["other_ms"]].sum(axis=1)
+    parts = steps[list(ddp_step.DDP_SECTIONS) + ["other_ms"]].sum(axis=1)
     assert np.allclose(parts, steps["step_ms"])
     assert (steps["other_ms"] > -1e-9).all()  # sections never add up to more than the step
     assert (steps["other_ms"] <= 0.5 * steps["step_ms"] + 1.0).all()  # and cover most of it
@@ -179,7 +179,7 @@ def test_measured_steps_decompose_and_agree():
     ddp = steps[steps["mode"] == "ddp"]
     assert (ddp[["allreduce_ms", "wait_ms"]] == 0).all().all() and (ddp["exposed_comm_ms"] >= 0).all()
     assert (ddp["flat_allreduce_ms"] > 0).all()
-    summary = dp.summarize(steps)
+    summary = data_parallel.summarize(steps)
     for col in ("step_ms", "backward_ms"):
         assert (summary[f"{col}_p10"] <= summary[col]).all() and (summary[col] <= summary[f"{col}_p90"]).all()
 
@@ -187,7 +187,7 @@ def test_measured_steps_decompose_and_agree():
 @pytest.mark.distributed
 def test_rank_zero_sets_the_step_count():
     cfg = ddp_step.StepConfig(WIDTH, DEPTH, PER_RANK, "single", steps=2, warmup=1, min_time_s=0.05, max_steps=7)
-    steps = dp.measure([cfg, dp.replace(cfg, steps=3, min_time_s=0.0)], 1, backend="gloo", device="cpu",
+    steps = data_parallel.measure_ddp_steps([cfg, replace(cfg, steps=3, min_time_s=0.0)], 1, backend="gloo", device="cpu",
                        timeout_s=60, progress=False, interleave=False)
     counts = steps.groupby("run").size()
     assert 2 <= counts[0] <= 7 and counts[1] == 3

@@ -11,6 +11,8 @@ import pytest
 
 from labutils import cli, pcie
 from labutils import doctor as dr
+from labutils import doctor_evidence as evidence
+from labutils import doctor_rules as rules
 from labutils.inputs import LabInputError
 from labutils.links import pcie_figure
 from labutils.results import save_result
@@ -32,11 +34,11 @@ def facts(n, name="NVIDIA L40S", gen=4, width=16, nvlinks=0, p2p=None, **change)
         if p2p is not None:
             row["p2p"] = [i == j or p2p for j in range(n)]
         rows.append(row)
-    return dr.parse_facts(rows, "test")
+    return evidence.parse_facts(rows, "test")
 
 
 def busbw(x):
-    return dr.measurement_from_busbw(x)
+    return evidence.measurement_from_busbw(x)
 
 
 def run_cli(capsys, *args):
@@ -51,7 +53,7 @@ def run_cli(capsys, *args):
 @pytest.mark.parametrize("code", ["PIX", "PXB", "PHB", "NODE", "SYS", "NV4", "NV18"])
 def test_path_band_at_x16_is_the_topology_figure(code, gen):
     """The doctor's band is the topology's peer-to-peer figure (no P2P is a cause, not a band)."""
-    mine, theirs = dr.path_band(code, gen, 16), expected_figure(code, gen, p2p=True)
+    mine, theirs = evidence.path_band(code, gen, 16), expected_figure(code, gen, p2p=True)
     assert (mine.low_GBps, mine.high_GBps) == pytest.approx((theirs.low_GBps, theirs.high_GBps))
 
 
@@ -63,7 +65,7 @@ def test_pcie_band_follows_generation_and_width():
     assert pcie.pcie_band(1, 16).high_GBps == pytest.approx(4.0)
     assert pcie.pcie_band(1, 16).low_GBps < 4.0
     assert pcie.pcie_band(6, 16).high_GBps > pcie.pcie_band(5, 16).high_GBps
-    assert dr.path_band("SYS", 4, 8).high_GBps == pytest.approx(dr.path_band("SYS", 4, 16).high_GBps / 2)
+    assert evidence.path_band("SYS", 4, 8).high_GBps == pytest.approx(evidence.path_band("SYS", 4, 16).high_GBps / 2)
     with pytest.raises(LabInputError, match="pcie_gen"):
         pcie.pcie_band(7, 16)
     with pytest.raises(LabInputError, match="pcie_width"):
@@ -78,13 +80,13 @@ def test_every_shipped_case_finds_what_it_plants(name):
     d = dr.doctor_case(name)
     assert case["plants"] in d.cause_ids, dr.format_diagnosis(d)
     assert d.verdict == case["verdict"]
-    assert set(d.cause_ids) <= set(dr.CAUSE_IDS)
+    assert set(d.cause_ids) <= set(rules.CAUSE_IDS)
     assert all(c.evidence and c.fix for c in d.causes)
 
 
 def test_every_cause_is_planted_by_a_case_and_documented():
     planted = {c["plants"] for c in dr.load_cases()}
-    assert planted == set(dr.CAUSE_IDS)
+    assert planted == set(rules.CAUSE_IDS)
     readme = (DOCTOR / "README.md").read_text(encoding="utf-8")
     for c in dr.load_cases():
         assert f"`{c['name']}`" in readme
@@ -99,7 +101,7 @@ def test_case_table_and_facts_table():
     assert "exercise_downtrained" not in table.index and len(table) == len(CASES) - 1
     assert table.loc["cross_socket", "verdict"] == "as expected"
     assert table.loc["gloo_backend", "first cause"] == "gloo_backend"
-    shown = dr.facts_table(dr.read_facts(DOCTOR / "facts_8xl40s_gpu1_gen3.json"))
+    shown = dr.facts_table(evidence.read_facts(DOCTOR / "facts_8xl40s_gpu1_gen3.json"))
     assert list(shown.columns[:2]) == ["name", "pcie_gen"] and shown.loc[1, "pcie_gen"] == 3
 
 
@@ -121,7 +123,7 @@ def test_case_command_reproduces_the_case(capsys, monkeypatch):
 
 def test_sys_22_on_pcie5_is_as_expected_not_a_fault():
     d = dr.diagnose(load_sample("two_gpu_sys"), facts=facts(2, gen=5, p2p=True), measurement=busbw(22))
-    assert d.verdict == dr.AS_EXPECTED
+    assert d.verdict == rules.AS_EXPECTED
     assert d.slowest_path["code"] == "SYS"
     assert d.expected_GBps == pytest.approx((22, 50))
     assert d.fraction == pytest.approx(22 / 50)
@@ -133,14 +135,14 @@ def test_sys_22_on_pcie5_is_as_expected_not_a_fault():
 def test_cross_socket_fix_names_a_pair_on_one_socket():
     topo = load_sample("eight_gpu_pcie_switches")
     d = dr.diagnose(topo, (0, 4), facts(8, p2p=True), measurement=busbw(11))
-    assert d.verdict == dr.AS_EXPECTED and d.cause_ids[0] == "cross_socket"
+    assert d.verdict == rules.AS_EXPECTED and d.cause_ids[0] == "cross_socket"
     assert "GPU0, GPU1 (slowest path PIX" in d.causes[0].fix
     four = dr.diagnose(topo, (0, 1, 4, 5), facts(8, p2p=True))
     assert "GPU0, GPU1, GPU2, GPU3" in four.cause("cross_socket").fix
 
 
 def test_the_article_log_is_read_with_its_transport():
-    m = dr.read_nccl_tests(SAMPLE_LOG)
+    m = evidence.read_nccl_tests(SAMPLE_LOG)
     assert m.busbw_GBps == pytest.approx(22.16) and m.world_size == 2 and m.backend == "nccl"
     assert m.transports == ("SHM",)
     assert m.peak_size_bytes > m.crossover_bytes
@@ -156,12 +158,12 @@ def test_downtrained_generation_names_the_gpu_and_both_figures():
     sick = facts(8, p2p=True, change={1: {"pcie_gen": 3}})
     d = dr.diagnose(topo, (0, 1), sick, measurement=busbw(12.6))
     assert d.expected_GBps == (pcie.pcie_band(3).low_GBps, pcie.pcie_band(3).high_GBps)
-    assert d.verdict == dr.AS_EXPECTED and d.cause_ids[0] == "pcie_gen_downtrained"
+    assert d.verdict == rules.AS_EXPECTED and d.cause_ids[0] == "pcie_gen_downtrained"
     ev = d.causes[0].evidence
     assert "GPU1" in ev and "gen 3" in ev and "gen 4" in ev and "GPU0" not in ev
     assert "15.75" in ev and "31.5" in ev and "50%" in ev
     healthy = dr.diagnose(topo, (0, 1), facts(8, p2p=True), measurement=busbw(12.6))
-    assert healthy.verdict == dr.BELOW and "pcie_gen_downtrained" not in healthy.cause_ids
+    assert healthy.verdict == rules.BELOW and "pcie_gen_downtrained" not in healthy.cause_ids
 
 
 def test_narrow_width_names_the_gpu_and_both_widths():
@@ -176,7 +178,7 @@ def test_a_link_read_while_idle_is_not_called_downtrained():
     topo = load_sample("two_gpu_phb")
     idle = facts(2, p2p=True, change={0: {"pcie_gen": 1}, 1: {"pcie_gen": 1}})
     measured = dr.diagnose(topo, facts=idle, measurement=busbw(25))
-    assert measured.verdict == dr.AS_EXPECTED and measured.expected_GBps[1] == 31.5
+    assert measured.verdict == rules.AS_EXPECTED and measured.expected_GBps[1] == 31.5
     assert "pcie_gen_downtrained" not in measured.cause_ids
     assert any("idled" in n for n in measured.notes)
     unmeasured = dr.diagnose(topo, facts=idle)
@@ -256,7 +258,7 @@ def test_lspci_alone_gives_the_link_state():
 def test_no_p2p_from_the_matrix_the_log_or_the_name():
     topo = load_sample("two_gpu_phb")
     shown = dr.diagnose(topo, facts=facts(2, name="NVIDIA GeForce RTX 4090", p2p=False), measurement=busbw(11))
-    assert shown.verdict == dr.BELOW and shown.cause_ids[0] == "no_p2p" and shown.causes[0].shown
+    assert shown.verdict == rules.BELOW and shown.cause_ids[0] == "no_p2p" and shown.causes[0].shown
     assert "SHM" in shown.causes[0].evidence and "GPU0-GPU1" in shown.causes[0].evidence
     guessed = dr.diagnose(topo, facts=facts(2, name="NVIDIA GeForce RTX 4090"), measurement=busbw(11))
     assert guessed.cause("no_p2p") is not None and not guessed.cause("no_p2p").shown
@@ -291,7 +293,7 @@ def test_nvlink_in_the_matrix_but_not_reached():
     topo = load_sample("two_gpu_nvlink_bridge")
     down = dr.diagnose(topo, facts=facts(2, name="NVIDIA GeForce RTX 3090", nvlinks=4, p2p=True,
                                          change={1: {"nvlinks_active": 0}}), measurement=busbw(9))
-    assert down.verdict == dr.BELOW and down.cause_ids[0] == "nvlink_inactive" and down.causes[0].shown
+    assert down.verdict == rules.BELOW and down.cause_ids[0] == "nvlink_inactive" and down.causes[0].shown
     assert "0 on GPU1" in down.causes[0].evidence and "GPU0" not in down.causes[0].evidence.split(":")[-1]
     unseen = dr.diagnose(topo, facts=facts(2, name="NVIDIA GeForce RTX 3090", nvlinks=4, p2p=True),
                          measurement=busbw(9))
@@ -300,13 +302,13 @@ def test_nvlink_in_the_matrix_but_not_reached():
     env = dr.diagnose(topo, facts=facts(2, nvlinks=4, p2p=True), env={"NCCL_P2P_DISABLE": "1"}, measurement=busbw(9))
     assert env.cause_ids == ("p2p_disabled_by_env",)
     fine = dr.diagnose(topo, facts=facts(2, nvlinks=4, p2p=True), measurement=busbw(52))
-    assert fine.verdict == dr.AS_EXPECTED and fine.causes == ()
+    assert fine.verdict == rules.AS_EXPECTED and fine.causes == ()
 
 
 def test_above_the_wire_points_at_the_formula_or_nvls():
     d = dr.diagnose(load_sample("eight_gpu_nvswitch_dgx_h100"), facts=facts(8, gen=5, nvlinks=18),
                     measurement=busbw(480))
-    assert d.verdict == dr.ABOVE == "above the wire: check the formula or NVLS"
+    assert d.verdict == rules.ABOVE == "above the wire: check the formula or NVLS"
     assert any("NVLS" in n for n in d.notes)
 
 
@@ -319,23 +321,23 @@ def test_a_gloo_sweep_is_not_a_link_measurement():
 
 
 def test_a_peak_below_the_crossover_is_not_a_link_measurement():
-    m = dr.read_sweep(DOCTOR / "sweep_small_2x5090.json")
+    m = evidence.read_sweep(DOCTOR / "sweep_small_2x5090.json")
     assert m.peak_size_bytes == 256 * 1024 and m.crossover_bytes > m.peak_size_bytes
     assert m.fitted_busbw_GBps == pytest.approx(22, rel=0.1)
     d = dr.doctor_case("messages_too_small")
     assert d.cause_ids[0] == "messages_too_small" and "crossover" in d.causes[0].evidence
-    assert dr.read_sweep(DOCTOR / "sweep_small_2x5090.csv").busbw_GBps == m.busbw_GBps
-    full = dr.diagnose(load_sample("two_gpu_sys"), facts=facts(2, gen=5, p2p=True), measurement=dr.read_nccl_tests(SAMPLE_LOG))
+    assert evidence.read_sweep(DOCTOR / "sweep_small_2x5090.csv").busbw_GBps == m.busbw_GBps
+    full = dr.diagnose(load_sample("two_gpu_sys"), facts=facts(2, gen=5, p2p=True), measurement=evidence.read_nccl_tests(SAMPLE_LOG))
     assert "messages_too_small" not in full.cause_ids
 
 
 def test_without_a_gpu_pair_the_measurement_is_still_judged():
-    d = dr.diagnose(None, measurement=dr.read_sweep(DOCTOR / "sweep_gloo_2x5090.json"))
-    assert d.verdict == dr.NO_PAIR and d.slowest_path is None and d.expected_GBps is None
+    d = dr.diagnose(None, measurement=evidence.read_sweep(DOCTOR / "sweep_gloo_2x5090.json"))
+    assert d.verdict == rules.NO_PAIR and d.slowest_path is None and d.expected_GBps is None
     assert d.cause_ids == ("gloo_backend",)
-    assert dr.diagnose(None).verdict == dr.NO_MEASUREMENT
+    assert dr.diagnose(None).verdict == rules.NO_MEASUREMENT
     one = parse_topology("\tGPU0\tCPU Affinity\nGPU0\t X \t0-7\n")
-    assert dr.diagnose(one, measurement=busbw(3)).verdict == dr.NO_PAIR
+    assert dr.diagnose(one, measurement=busbw(3)).verdict == rules.NO_PAIR
 
 
 # ---- a shared switch uplink ---------------------------------------------------------------------
@@ -346,7 +348,7 @@ def test_a_switch_uplink_shared_by_staged_gpus():
     assert "GPU0, GPU1, GPU2, GPU3" in ev and "0000:01:00.0" in ev and f"{31.5 / 4:.3g} GB/s each" in ev
     assert d.cause_ids[:2] == ("no_p2p", "shared_pcie_switch_uplink")
     topo = read_topology_file(DOCTOR / "eight_gpu_4090_two_switches.txt")
-    matrix_only = dr.diagnose(topo, facts=dr.read_facts(DOCTOR / "facts_8x4090_no_p2p.json"), measurement=busbw(5.6))
+    matrix_only = dr.diagnose(topo, facts=evidence.read_facts(DOCTOR / "facts_8x4090_no_p2p.json"), measurement=busbw(5.6))
     assert "assumed PCIe 4.0 x16" in matrix_only.cause("shared_pcie_switch_uplink").evidence
     with_p2p = dr.diagnose(topo, facts=facts(8, p2p=True), measurement=busbw(5.6))
     assert "shared_pcie_switch_uplink" not in with_p2p.cause_ids
@@ -374,7 +376,7 @@ def test_shortfall_causes_rank_first_when_below_and_band_causes_when_as_expected
     below = dr.diagnose(topo, (0, 4), both, measurement=busbw(2))
     assert below.cause_ids == ("no_p2p", "pcie_gen_downtrained", "cross_socket")
     fine = dr.diagnose(topo, (0, 4), both, measurement=busbw(6))
-    assert fine.verdict == dr.AS_EXPECTED
+    assert fine.verdict == rules.AS_EXPECTED
     assert fine.cause_ids == ("pcie_gen_downtrained", "cross_socket", "no_p2p")
 
 
@@ -386,7 +388,7 @@ def test_json_has_exactly_the_issue_keys(capsys):
     assert doc["verdict"] == "as expected" and doc["expected_GBps"] == [22.0, 50.0]
     assert doc["measured_GBps"] == pytest.approx(22.16) and doc["fraction"] == pytest.approx(22.16 / 50, abs=1e-3)
     assert doc["slowest_path"]["code"] == "SYS" and doc["slowest_path"]["gpus"] == ["GPU0", "GPU1"]
-    assert all(set(c) == {"id", "evidence", "fix"} and c["id"] in dr.CAUSE_IDS for c in doc["causes"])
+    assert all(set(c) == {"id", "evidence", "fix"} and c["id"] in rules.CAUSE_IDS for c in doc["causes"])
     code, out, _ = run_cli(capsys, "--json", "--topo", "two_gpu_sys")
     doc = json.loads(out)
     assert doc["verdict"] == "no measurement" and doc["measured_GBps"] is None and doc["fraction"] is None
@@ -453,17 +455,17 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(capsys, nothing_live, a
 ])
 def test_bad_facts_name_the_key(rows, named):
     with pytest.raises(LabInputError, match=None) as info:
-        dr.parse_facts(rows, "f.json")
+        evidence.parse_facts(rows, "f.json")
     assert named in str(info.value) and "\n" not in str(info.value)
 
 
 def test_facts_as_one_matrix_and_with_bus_ids():
     rows = [dict(index=i, name="NVIDIA L40S", pcie_gen=4, pcie_gen_max=4, pcie_width=16, pcie_width_max=16,
                  nvlinks_active=None, pci_bus_id=f"00000000:0{i + 1}:00.0") for i in range(2)]
-    m = dr.parse_facts({"gpus": rows[::-1], "p2p": [[True, False], [False, True]]})
+    m = evidence.parse_facts({"gpus": rows[::-1], "p2p": [[True, False], [False, True]]})
     assert [g.index for g in m.gpus] == [0, 1] and m.p2p[0][1] is False and m.bus_ids[1] == "00000000:02:00.0"
     with pytest.raises(LabInputError, match="pci_bus_id"):
-        dr.parse_facts([{**rows[0], "pci_bus_id": "nope"}])
+        evidence.parse_facts([{**rows[0], "pci_bus_id": "nope"}])
 
 
 def test_bad_input_in_a_real_process():
@@ -493,14 +495,14 @@ def test_live_mode_reads_this_machine(monkeypatch):
 
 def test_a_topology_file_keeps_the_rest_off_this_machine(monkeypatch, nothing_live):
     d = dr.run_doctor(busbw=22, topo="two_gpu_sys")
-    assert d.verdict == dr.AS_EXPECTED and d.cause_ids[0] == "cross_socket"
+    assert d.verdict == rules.AS_EXPECTED and d.cause_ids[0] == "cross_socket"
     assert any("assumed gen 5" in n for n in d.notes)
 
 
 def test_live_mode_on_a_cpu_machine(monkeypatch):
     monkeypatch.setattr("labutils.topology.live_topology", lambda: (None, "nvidia-smi is not installed"))
     d = dr.run_doctor(sweep=DOCTOR / "sweep_gloo_2x5090.json")
-    assert d.verdict == dr.NO_PAIR and d.cause_ids == ("gloo_backend",)
+    assert d.verdict == rules.NO_PAIR and d.cause_ids == ("gloo_backend",)
     assert any("python -m labutils doctor" in n for n in d.notes)
 
 
@@ -508,7 +510,7 @@ def test_gpu_mapping_by_bus_id_when_lspci_lists_more_gpus():
     devices = pcie.parse_lspci(TWO_ROOTS)
     topo = parse_topology("\tGPU0\tCPU Affinity\nGPU0\t X \t0-7\n")
     notes = []
-    one = dr.MachineFacts((GpuFacts(0, "NVIDIA L40S", 4, 4, 16, 16, 0),), None, ("00000000:02:00.0",))
+    one = evidence.MachineFacts((GpuFacts(0, "NVIDIA L40S", 4, 4, 16, 16, 0),), None, ("00000000:02:00.0",))
     assert dr._gpu_devices(devices, 1, one, notes)[0].address == "0000:02:00.0" and not notes
     assert dr._gpu_devices(devices, 1, None, notes) is None and "cannot tell which is which" in notes[0]
     assert topo.gpus == ("GPU0",)
@@ -519,18 +521,18 @@ def test_live_readers_with_their_sources_faked(monkeypatch):
 
     denied = "01:00.0 3D controller: NVIDIA Corporation AD102GL [L40S] (rev a1)\n\tCapabilities: <access denied>\n"
     monkeypatch.setattr("labutils.pcie.run_lspci", lambda: (denied, ""))
-    devices, why = dr.live_lspci()
+    devices, why = evidence.live_lspci()
     assert devices[0].access_denied and devices[0].link_width is None and "sudo lspci -vvv" in why
     monkeypatch.setattr("labutils.pcie.run_lspci", lambda: (None, "lspci is not installed"))
-    assert dr.live_lspci() == (None, "lspci is not installed")
+    assert evidence.live_lspci() == (None, "lspci is not installed")
     two = [GpuFacts(i, "NVIDIA L40S", 4, 4, 16, 16, 0) for i in range(2)]
     monkeypatch.setattr("labutils.topology.nvml_facts", lambda: (two, ""))
     monkeypatch.setattr("labutils.copies.peer_access_matrix", lambda: pd.DataFrame([[True, False], [False, True]]))
-    found, why = dr.live_facts()
+    found, why = evidence.live_facts()
     assert found.gpus == tuple(two) and found.p2p == ((True, False), (False, True)) and why == ""
     monkeypatch.setattr("labutils.topology.nvml_facts", lambda: ([], "NVML is not available"))
-    assert dr.live_facts() == (None, "NVML is not available")
+    assert evidence.live_facts() == (None, "NVML is not available")
 
 
 def test_nccl_env_keeps_only_nccl_variables():
-    assert dr.nccl_env({"NCCL_DEBUG": "INFO", "PATH": "/bin"}) == {"NCCL_DEBUG": "INFO"}
+    assert evidence.nccl_env({"NCCL_DEBUG": "INFO", "PATH": "/bin"}) == {"NCCL_DEBUG": "INFO"}

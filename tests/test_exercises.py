@@ -12,7 +12,7 @@ import pytest
 from labutils import exercises as ex
 from labutils import hardware_ratio as hr
 from labutils import pcie
-from labutils.doctor import read_facts
+from labutils.doctor_evidence import read_facts
 from labutils.results import DATA_DIR
 from labutils.validation import BudgetInputs
 

@@ -1,4 +1,5 @@
-"""The setup cell that opens every notebook (tools/first_cell.py) and the command that writes it.
+"""The setup cell that opens every notebook (tools/first_cell.py) and the command that writes it;
+tools/nb.py's percent-format round trip (jupytext) and clean notebooks.
 
 Its branches run here with the world faked: Colab (its environment variable or a `google.colab`
 module) with the clone made from a local repository and pip recorded, not run; a Jupyter whose
@@ -232,3 +233,33 @@ def test_where_the_lab_is_installed_it_does_nothing(monkeypatch, recorded, capsy
     _run_cell()
     assert capsys.readouterr().out == "" and recorded == []
     assert sys.path == path_before and Path.cwd() == tmp_path
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_export_then_build_gives_the_same_cells(path, tmp_path):
+    """tools/nb.py export then build (jupytext's percent format) loses nothing: same cells, same
+    sources, same tags; the notebook it writes is clean (only kernelspec/language_info, tags)."""
+    tool = _nb_tool()
+    script, built = tmp_path / "nb.py", tmp_path / "nb.ipynb"
+    tool.export(path, script)
+    assert script.read_text(encoding="utf-8").startswith("# %%")  # no header: cells and tags only
+    tool.build(script, built)
+    cells = lambda nb: [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]  # noqa: E731
+    before, after = nbformat.read(path, as_version=4), nbformat.read(built, as_version=4)
+    assert cells(after) == cells(before)
+    assert set(after.metadata) == {"kernelspec", "language_info"}
+    assert all(set(c.metadata) <= {"tags"} for c in after.cells)
+
+
+def test_build_reads_a_hand_written_script(tmp_path):
+    tool = _nb_tool()
+    script, built = tmp_path / "x.py", tmp_path / "x.ipynb"
+    script.write_text('# %% [markdown]\n# # Title\n#\n# Text.\n\n# %% tags=["parameters"]\nquick = False\n\n'
+                      '# %%\nprint(quick)\n', encoding="utf-8")
+    tool.build(script, built)
+    nb = nbformat.read(built, as_version=4)
+    assert [(c.cell_type, c.source) for c in nb.cells] == [("markdown", "# Title\n\nText."),
+                                                          ("code", "quick = False"), ("code", "print(quick)")]
+    assert nb.cells[1].metadata == {"tags": ["parameters"]} and [c.id for c in nb.cells] == ["cell-00", "cell-01",
+                                                                                         "cell-02"]
+    assert all(c.outputs == [] for c in nb.cells if c.cell_type == "code")

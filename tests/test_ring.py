@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labutils import ring
+from labutils import hand_ring, ring, ring_draw
 from labutils.busbw import bus_factor
 from labutils.fit import latency_term_us
 from labutils.inputs import LabInputError
@@ -119,7 +119,7 @@ def test_latency_terms_and_model():
 
 def test_drawing_has_one_panel_per_step_with_the_numbers():
     run = ring.simulate_ring(ring.digit_inputs(4))
-    fig = ring.draw_ring(run)
+    fig = ring_draw.draw_ring(run)
     drawn = [ax for ax in fig.axes if ax.patches]
     assert len(drawn) == 7
     texts = {t.get_text() for t in drawn[-1].texts}
@@ -128,14 +128,14 @@ def test_drawing_has_one_panel_per_step_with_the_numbers():
 
 
 def test_real_ring_on_four_gloo_ranks_equals_all_reduce():
-    frame = ring.run_hand_ring(sizes=(16, 1000, 40000), nproc=4, time_it=False, timeout_s=90)
+    frame = hand_ring.run_hand_ring(sizes=(16, 1000, 40000), nproc=4, time_it=False, timeout_s=90)
     assert frame["wrong"].tolist() == [0, 0, 0]
     assert frame["size_bytes"].tolist() == [16, 1000, 40000]
     assert (frame["world_size"] == 4).all()
 
 
 def test_real_ring_is_timed_against_the_library():
-    frame = ring.run_hand_ring(sizes=(4096,), nproc=3, budget_ms=5, timeout_s=90)
+    frame = hand_ring.run_hand_ring(sizes=(4096,), nproc=3, budget_ms=5, timeout_s=90)
     row = frame.iloc[0]
     assert row["wrong"] == 0 and row["hand_ring_us"] > 0 and row["all_reduce_us"] > 0
     assert row["ratio"] == pytest.approx(row["hand_ring_us"] / row["all_reduce_us"])

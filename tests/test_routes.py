@@ -12,8 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labutils import budget, ddp_model, ddp_step, machine
-from labutils import data_parallel as dp
+from labutils import budget, data_parallel, ddp_model, ddp_step, machine
 from labutils import split_timing as st
 from labutils.copies import Band, copy_table, expected_bands, wire_fraction
 from labutils.fit import fit_alpha_beta, interpolate_time_us
@@ -104,7 +103,7 @@ def test_one_gpu_is_shared_by_gloo_and_refused_by_nccl():
 BACKEND_BRANCHES = {("launch", "resolve_backend"), ("launch", "rank_plan"), ("launch", "barrier_kwargs"),
                     ("machine", "route"), ("machine", "label"), ("machine", "check_backend_guess"),
                     ("fit", "fit_alpha_beta"),  # an nccl-tests log without a device column is on CUDA
-                    ("doctor", "_measurement_causes"),  # a measurement taken with gloo is a cause of low busbw
+                    ("doctor_rules", "measurement_causes"),  # a measurement taken with gloo is a cause of low busbw
                     ("placement", "affinity_worker")}  # finds gloo's threads by name, chooses nothing
 
 
@@ -311,16 +310,16 @@ def test_bounds_from_the_curve_hold_a_step_that_overlaps():
     grad_bytes = ddp_model.mlp_gradient_bytes(256, 4)
     comm = ddp_model.bucket_comm_ms(sweep, [grad_bytes])[0]
     lower, upper = 1.5 + max(2.0, comm), 3.5 + comm  # forward + optimizer = 1.5; backward = 2
-    inside = dp.prediction_table(_summary((lower + upper) / 2, upper), 100.0, 0.0, sweep=sweep).set_index("mode")
+    inside = data_parallel.prediction_table(_summary((lower + upper) / 2, upper), 100.0, 0.0, sweep=sweep).set_index("mode")
     assert inside.loc["ddp", "overlap_pred_ms"] == pytest.approx(lower)
     assert inside.loc["ddp", "no_overlap_pred_ms"] == pytest.approx(upper)
     assert inside.loc["ddp", "between"] and not inside.loc["ddp", "extrapolated"]
     assert inside.loc["ddp", "comm_line_ms"] != pytest.approx(inside.loc["ddp", "comm_pred_ms"])
     assert ddp_model.between_bounds_figure(inside.reset_index()) == "1/1"
-    above = dp.prediction_table(_summary(upper * 1.2, upper), 100.0, 0.0, sweep=sweep)
+    above = data_parallel.prediction_table(_summary(upper * 1.2, upper), 100.0, 0.0, sweep=sweep)
     assert ddp_model.between_bounds_figure(above) == "0/1"
     with pytest.raises(LabInputError, match="rank count"):
-        dp.prediction_table(_summary(5, 6), 1.0, 0.0, sweep=_synthetic_sweep(world_size=4))
+        data_parallel.prediction_table(_summary(5, 6), 1.0, 0.0, sweep=_synthetic_sweep(world_size=4))
 
 
 def test_is_between_and_where_the_bounds_take_compute_from():
@@ -335,12 +334,12 @@ def test_is_between_and_where_the_bounds_take_compute_from():
 
 def test_contention_table_shows_sum_or_overlap():
     shared = {"backward_ms": 10.0, "allreduce_ms": 6.0, "together_ms": 17.0}
-    table = dp.contention_table(shared)
+    table = data_parallel.contention_table(shared)
     assert table.loc["no overlap: backward + all-reduce", "ms"] == 16.0
     assert table.loc["ideal overlap: max(backward, all-reduce)", "ms"] == 10.0
     assert table.loc["both together, measured", "vs no overlap"] == pytest.approx(17 / 16)
-    assert dp.overlap_verdict(shared).startswith("No overlap")
-    assert dp.overlap_verdict({"backward_ms": 10.0, "allreduce_ms": 6.0, "together_ms": 11.0}).startswith("Overlap")
+    assert data_parallel.overlap_verdict(shared).startswith("No overlap")
+    assert data_parallel.overlap_verdict({"backward_ms": 10.0, "allreduce_ms": 6.0, "together_ms": 11.0}).startswith("Overlap")
 
 
 @pytest.mark.distributed
@@ -452,6 +451,6 @@ def test_gpu_split_layer_and_training_step_compute_on_the_gpu():
     frame = st.time_layers([(8, 64)], 2, ("whole", "split"), backend="gloo", device="cuda", quick=True, timeout_s=180)
     assert set(frame["mode"]) == {"whole", "split"} and (frame["total_ms"] > 0).all()
     cfgs = [ddp_step.StepConfig(48, 2, 8, mode, steps=2, warmup=1) for mode in ("ddp", "no_overlap")]
-    steps, probe = dp._launch(cfgs, 2, "gloo", "cuda", 180, False,
+    steps, probe = data_parallel._launch(cfgs, 2, "gloo", "cuda", 180, False,
                               contention={"width": 48, "depth": 2, "batch_per_rank": 8, "reps": 2})
     assert set(steps["device"]) == {"cuda"} and probe["device"] == "cuda" and probe["together_ms"] > 0

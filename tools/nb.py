@@ -5,81 +5,56 @@
     python tools/nb.py clean notebooks/*.ipynb                 # strip outputs, counts, extra metadata
     python tools/nb.py first-cell notebooks/*.ipynb            # (re)write the setup cell from tools/first_cell.py
 
-Percent format: `# %% [markdown]` starts a markdown cell (each line prefixed with "# "),
-`# %%` a code cell, and `# %% tags=["parameters"]` the papermill parameters cell.
+build and export are jupytext's percent format (`jupytext --to py:percent` reads and writes the same
+files): `# %% [markdown]` starts a markdown cell (each line prefixed with "# "), `# %%` a code cell,
+and `# %% tags=["parameters"]` the papermill parameters cell. What this file adds is the clean
+notebook the tests want (`clean_notebook`): only kernelspec and language_info as notebook metadata,
+only `tags` as cell metadata, no outputs, cell ids cell-00, cell-01, ... in order.
 """
 
 from __future__ import annotations
 
-import ast
-import json
 import sys
 from pathlib import Path
 
+import jupytext
 import nbformat
 
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 FIRST_CELL = Path(__file__).resolve().with_name("first_cell.py")  # the setup cell's one source
 SETUP_TAG = "lab-setup"
+FORMAT = "py:percent"
+# The script holds the cells and their tags only: no YAML header, no other metadata.
+SCRIPT_FILTERS = {"notebook_metadata_filter": "-all", "cell_metadata_filter": "tags,-all"}
 
 
-def _finish(cells, kind, tags, lines):
-    text = "\n".join(lines).strip("\n")
-    if not text:
-        return
-    if kind == "markdown":
-        text = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in text.splitlines())
-        cell = nbformat.v4.new_markdown_cell(text)
-    else:
-        cell = nbformat.v4.new_code_cell(text)
-    if tags:
-        cell.metadata["tags"] = tags
-    cells.append(cell)
+def clean_notebook(nb, renumber: bool = False):
+    """The notebook as it is committed: kernelspec and language_info only, `tags` the only cell
+    metadata, no outputs or execution counts; with `renumber`, cell ids cell-00, cell-01, ..."""
+    nb.metadata = {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
+    for i, cell in enumerate(nb.cells):
+        cell.metadata = {k: v for k, v in cell.metadata.items() if k == "tags"}
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+        if renumber:
+            cell["id"] = f"cell-{i:02d}"
+    return nb
 
 
 def build(src: Path, dst: Path) -> None:
-    cells, kind, tags, lines = [], None, [], []
-    for line in Path(src).read_text(encoding="utf-8").splitlines():
-        if line.startswith("# %%"):
-            if kind:
-                _finish(cells, kind, tags, lines)
-            rest = line[4:].strip()
-            kind = "markdown" if rest.startswith("[markdown]") else "code"
-            tags = ast.literal_eval(rest.split("=", 1)[1]) if rest.startswith("tags=") else []
-            lines = []
-        else:
-            lines.append(line)
-    if kind:
-        _finish(cells, kind, tags, lines)
-    nb = nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": KERNELSPEC,
-                                                         "language_info": {"name": "python"}})
-    for i, cell in enumerate(nb.cells):
-        cell["id"] = f"cell-{i:02d}"
+    nb = clean_notebook(jupytext.read(src, fmt=FORMAT), renumber=True)
     nbformat.validate(nb)
     nbformat.write(nb, dst)
 
 
 def export(src: Path, dst: Path) -> None:
     nb = nbformat.read(src, as_version=4)
-    parts = []
-    for cell in nb.cells:
-        tags = cell.metadata.get("tags", [])
-        if cell.cell_type == "markdown":
-            body = "\n".join(("# " + line) if line else "#" for line in cell.source.splitlines())
-            parts.append("# %% [markdown]\n" + body)
-        else:
-            parts.append(("# %% tags=" + json.dumps(tags) if tags else "# %%") + "\n" + cell.source)
-    Path(dst).write_text("\n\n".join(parts) + "\n", encoding="utf-8")
+    nb.metadata["jupytext"] = dict(SCRIPT_FILTERS)
+    jupytext.write(nb, dst, fmt=FORMAT)
 
 
 def clean(path: Path) -> None:
-    nb = nbformat.read(path, as_version=4)
-    nb.metadata = {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
-    for cell in nb.cells:
-        cell.metadata = {k: v for k, v in cell.metadata.items() if k == "tags"}
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    nbformat.write(nb, path)
+    nbformat.write(clean_notebook(nbformat.read(path, as_version=4)), path)
 
 
 def first_cell(path: Path) -> bool:
