@@ -127,7 +127,7 @@ def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", **s
             "backend_reason": reason, "python": platform.python_version(), **settings}
 
 
-def _free_bytes(device: str, nproc: int) -> int:
+def free_memory_bytes(device: str, nproc: int) -> int:
     """Memory free for the buffers: MemAvailable on the CPU, the smallest GPU's free memory on CUDA."""
     if device == "cuda":
         import torch
@@ -150,7 +150,7 @@ def check_memory(max_bytes: int, nproc: int, device: str, ranks_here: int, free_
     size when one rank's buffers alone do not fit, else the rank count."""
     sharing = ranks_here if device == "cpu" else max(1, ranks_per_gpu(ranks_here, cuda_device_count()))
     need = 3 * max_bytes * sharing
-    free = _free_bytes(device, nproc) if free_bytes is None else free_bytes
+    free = free_memory_bytes(device, nproc) if free_bytes is None else free_bytes
     if need <= free:
         return
     if 3 * max_bytes > free:
