@@ -136,8 +136,8 @@ def test_topology_reader_on_matrix_shaped_junk(n, rows):
 
 @pytest.mark.parametrize("cores, limit, oversubscribed", [(2, 8, 32), (16, 32, 256), (96, 192, 1536)])
 def test_local_ranks_are_bounded_by_the_cores(cores, limit, oversubscribed, tmp_path):
-    from tests.test_placement import write_sys_tree
     from labutils.cpus import cpu_layout
+    from tests.test_placement import write_sys_tree
 
     assert max_local_ranks(cores) == limit and max_local_ranks(cores, oversubscribe=True) == oversubscribed
     layout = cpu_layout(str(write_sys_tree(tmp_path, cores_per_socket=cores // 2)), allowed=set(range(cores)))
