@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from labutils.arrays import as_float_array, float_or_array, safe_divide
-from labutils.inputs import LabInputError, check_range
+from labutils.inputs import LabInputError, check_broadcast, check_range
 
 # The article's base case: 12 ms of divisible work, four 2 MB exchanges over 10 GB/s.
 BASE_CASE = {"S_ms": 0.8, "C_ms": 12.0, "eta": 0.8, "Q": 4, "latency_ms": 0.03,
@@ -64,9 +64,23 @@ RESULT_FIELDS = ("t_one_ms", "t_two_ms", "comm_ms", "speedup", "efficiency", "br
 
 
 def check_inputs(**params) -> None:
-    """Raise LabInputError for the first parameter outside its range (see module docstring)."""
+    """Raise LabInputError for the first parameter outside its range (see module docstring): None,
+    text, NaN, a negative count, an infinite time; or for arrays that do not broadcast together."""
     for name, value in params.items():
         check_range(name, value, **_RANGES[name])
+    check_broadcast(**params)
+
+
+def _quiet(fn):
+    """Run a formula without numpy's RuntimeWarnings: an overflow to inf (a vanishing bandwidth, C
+    near 1e308) is an answer ("never") that the notes explain, not a warning on stderr."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with np.errstate(all="ignore"):
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 # --- the formulas, unchecked (inputs already validated) ---
@@ -95,24 +109,26 @@ def _min_bandwidth(C_ms, eta, Q, latency_ms, volume_bytes):
 
 
 def _min_eta(C_ms, H):
-    C, H = np.broadcast_arrays(as_float_array(C_ms), as_float_array(H))
-    return safe_divide(C, 2.0 * (C - H), where=C > H)
+    return _min_eta_n(C_ms, H, 2.0)
 
 
 # --- the public functions ---
 
+@_quiet
 def comm_ms(Q, latency_ms, volume_bytes, bandwidth_GBps):
     """H = Q·(ℓ + V/B) in ms, with V/B = V / (B·1e6) ms for V bytes at B decimal GB/s."""
     check_inputs(Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
     return float_or_array(_comm(Q, latency_ms, volume_bytes, bandwidth_GBps))
 
 
+@_quiet
 def t_one_ms(S_ms, C_ms):
     """One device: T1 = S + C (ms)."""
     check_inputs(S_ms=S_ms, C_ms=C_ms)
     return float_or_array(as_float_array(S_ms) + as_float_array(C_ms))
 
 
+@_quiet
 def t_two_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
     """Two devices, no overlap: T2 = S + C/(2η) + Q·(ℓ + V/B) (ms)."""
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
@@ -120,6 +136,7 @@ def t_two_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
     return float_or_array(as_float_array(S_ms) + as_float_array(C_ms) / (2 * as_float_array(eta)) + _comm(Q, latency_ms, volume_bytes, bandwidth_GBps))
 
 
+@_quiet
 def overlap_bound_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
     """Optimistic lower bound with perfect overlap: S + max(C/(2η), H) (ms). Not a prediction."""
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
@@ -128,12 +145,14 @@ def overlap_bound_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBp
     return float_or_array(as_float_array(S_ms) + np.maximum(as_float_array(C_ms) / (2 * as_float_array(eta)), H))
 
 
+@_quiet
 def saved_fraction(eta):
     """The share of C that splitting saves before communication: 1 − 1/(2η) (0.375 at η = 0.8)."""
     check_inputs(eta=eta)
     return float_or_array(_saved_fraction(eta))
 
 
+@_quiet
 def break_even_C_ms(eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
     """Divisible compute at which T2 == T1: H / (1 − 1/(2η)) ms; splitting pays above it.
 
@@ -143,6 +162,7 @@ def break_even_C_ms(eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
     return float_or_array(_break_even(eta, _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)))
 
 
+@_quiet
 def transfer_window_ms(C_ms, eta, Q, latency_ms):
     """D = C·(1 − 1/(2η))/Q − ℓ: the time each transfer may take after its startup (ms).
 
@@ -154,6 +174,7 @@ def transfer_window_ms(C_ms, eta, Q, latency_ms):
     return float_or_array(np.where(as_float_array(Q) > 0, window, math.inf))
 
 
+@_quiet
 def min_bandwidth_GBps(C_ms, eta, Q, latency_ms, volume_bytes):
     """Smallest effective bandwidth that makes splitting pay: V/D, in decimal GB/s.
 
@@ -164,6 +185,7 @@ def min_bandwidth_GBps(C_ms, eta, Q, latency_ms, volume_bytes):
     return float_or_array(_min_bandwidth(C_ms, eta, Q, latency_ms, volume_bytes))
 
 
+@_quiet
 def min_eta(C_ms, Q, latency_ms, volume_bytes, bandwidth_GBps):
     """Smallest local efficiency that makes splitting pay: C / (2(C − H)).
 
@@ -203,6 +225,9 @@ class Budget:
         return out
 
 
+_INF_COMM_REASON = ("the communication H is infinite: V / B overflows, the bandwidth is too low for these "
+                    "bytes, so no finite compute pays for it")
+
 _ETA_REASON = ("with eta <= 0.5 the two halves take at least as long as the whole (C/(2 eta) >= C), "
                "so no compute is saved to pay for the communication")
 
@@ -237,6 +262,9 @@ def _notes(C, eta, Q, latency, H, min_b, min_e, N: int = 2) -> dict:
     startups = "Q*l" if N == 2 else f"Q*{N - 1}*l"
     kept = "C*(1 - 1/(2 eta))" if N == 2 else f"C*(1 - 1/({N} eta))"
     text = _reason(low_eta, total, reason, reason)
+    no_link = np.isinf(H) & ~low_eta
+    link_text = _reason(no_link, total, _INF_COMM_REASON, _INF_COMM_REASON)
+    text = "; ".join(t for t in (text, link_text) if t)
     if text:
         notes["break_even_C_ms"] = text
     startup_bound = np.isinf(min_b) & ~low_eta
@@ -264,6 +292,7 @@ def _notes(C, eta, Q, latency, H, min_b, min_e, N: int = 2) -> dict:
     return notes
 
 
+@_quiet
 def evaluate(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps) -> Budget:
     """The whole budget in one call; inputs may be numbers or arrays (broadcast together)."""
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
@@ -285,8 +314,29 @@ def evaluate(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps) -> Bu
     return Budget(**values, notes=_notes(C, eta_a, Q, latency_ms, H, min_b, min_e))
 
 
+def check_scalar(budget: Budget, what: str = "verdict") -> None:
+    """LabInputError unless every figure of `budget` is one number (an array budget has one verdict
+    per point: evaluate each point on its own)."""
+    shape = np.shape(budget.t_one_ms)
+    if shape:
+        raise LabInputError(f"{what} takes a budget of single numbers; this one holds arrays of shape {shape}: "
+                            "evaluate each point on its own (e.g. evaluate(..., C_ms=values[i]))")
+
+
+def _never_cause(budget: Budget, limit: str) -> str:
+    """Why no compute makes splitting pay, from the notes: η too low, or a communication that is infinite."""
+    note = budget.notes.get("break_even_C_ms", "")
+    if "eta <=" in note:
+        return f"no amount of compute makes it pay at eta <= {limit}"
+    if "infinite" in note:
+        return "no amount of compute makes it pay: the communication is infinite (the bandwidth is too low for V)"
+    return "no amount of compute makes it pay"
+
+
 def verdict(budget: Budget, N: int = 2) -> str:
-    """One plain sentence on a scalar budget: does splitting (over N devices) pay, and by how much?"""
+    """One plain sentence on a scalar budget: does splitting (over N devices) pay, and by how much?
+    LabInputError for an array budget (`check_scalar`)."""
+    check_scalar(budget)
     t1, t2, be = budget.t_one_ms, budget.t_two_ms, budget.break_even_C_ms
     many = "two devices" if N == 2 else f"{N} devices"
     limit = "0.5" if N == 2 else f"1/{N}"
@@ -295,7 +345,7 @@ def verdict(budget: Budget, N: int = 2) -> str:
                 f"({budget.speedup:.3g}x faster, efficiency {budget.efficiency:.0%}, not {N}x).")
     if t2 == t1:
         return f"Break-even: both take {t1:.4g} ms; splitting gains nothing."
-    need = (f"no amount of compute makes it pay at eta <= {limit}" if math.isinf(be)
+    need = (_never_cause(budget, limit) if math.isinf(be)
             else f"the divisible compute would have to exceed {be:.4g} ms")
     return (f"Splitting loses: {many} take {t2:.4g} ms against {t1:.4g} ms on one "
             f"({t1 / t2:.3g}x); {need}.")
@@ -315,6 +365,7 @@ def wire_dtype_name(wire_dtype) -> str:
     return name
 
 
+@_quiet
 def wire_bytes(volume_bytes, wire_dtype="fp32"):
     """V_w = V · (bytes per value on the wire / 4): V counted in fp32, sent as `wire_dtype` (bf16 halves it)."""
     check_inputs(volume_bytes=volume_bytes)
@@ -366,16 +417,20 @@ def _min_bandwidth_n(C_ms, eta, Q, latency_ms, volume_bytes, n: float, scale: fl
 
 
 def _min_eta_n(C_ms, H, n: float):
+    """C / (n (C - H)) written as 1 / (n (1 - H/C)), so that C near 1e308 does not overflow to 0."""
     C, H = np.broadcast_arrays(as_float_array(C_ms), as_float_array(H))
-    return safe_divide(C, n * (C - H), where=C > H)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.where(C > H, 1.0 / (n * (1.0 - H / np.where(C > H, C, 1.0))), math.inf)
 
 
+@_quiet
 def comm_n_ms(Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32"):
     """H_N = Q·[(N−1)·ℓ + 2(N−1)/N · V_w/B] ms: Q ring all-reduces on N devices (= comm_ms at N = 2, fp32)."""
     check_inputs(Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
     return float_or_array(_comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, *_n_inputs(N, wire_dtype)))
 
 
+@_quiet
 def t_n_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32"):
     """N devices, no overlap: T_N = S + C/(Nη) + H_N (ms); t_two_ms at N = 2, fp32."""
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes,
@@ -384,6 +439,7 @@ def t_n_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wi
     return float_or_array(as_float_array(S_ms) + as_float_array(C_ms) / (n * as_float_array(eta)) + _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale))
 
 
+@_quiet
 def break_even_C_n_ms(eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32"):
     """Divisible compute at which T_N == T1: H_N / (1 − 1/(Nη)) ms; math.inf ("never") when η ≤ 1/N."""
     check_inputs(eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
@@ -391,6 +447,7 @@ def break_even_C_n_ms(eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wir
     return float_or_array(_break_even_n(eta, _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale), n))
 
 
+@_quiet
 def min_bandwidth_n_GBps(C_ms, eta, Q, latency_ms, volume_bytes, N=2, wire_dtype="fp32"):
     """Smallest B that makes N devices pay: 2(N−1)/N·V_w / (D_N·1e6) GB/s, with
     D_N = (C·(1 − 1/(Nη)) − Q(N−1)ℓ)/Q ms; math.inf ("never") when D_N ≤ 0."""
@@ -398,6 +455,7 @@ def min_bandwidth_n_GBps(C_ms, eta, Q, latency_ms, volume_bytes, N=2, wire_dtype
     return float_or_array(_min_bandwidth_n(C_ms, eta, Q, latency_ms, volume_bytes, *_n_inputs(N, wire_dtype)))
 
 
+@_quiet
 def min_eta_n(C_ms, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32"):
     """Smallest local efficiency that makes N devices pay: C / (N(C − H_N)); math.inf when C ≤ H_N."""
     check_inputs(C_ms=C_ms, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
@@ -405,6 +463,7 @@ def min_eta_n(C_ms, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype
     return float_or_array(_min_eta_n(C_ms, _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale), n))
 
 
+@_quiet
 def evaluate_n(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32") -> Budget:
     """The whole budget on N devices (a Budget whose t_two_ms is T_N and efficiency speedup / N).
 

@@ -17,6 +17,7 @@ from labutils.budget import (
     WIRE_DTYPES,
     Budget,
     check_devices,
+    check_scalar,
     comm_ms,
     evaluate,
     evaluate_n,
@@ -99,6 +100,7 @@ def _labels(N: int) -> dict:
 
 def format_budget_table(params: dict, budget: Budget, N: int = 2, wire_dtype: str = "fp32") -> str:
     """The readable report printed by `python -m labutils budget` (N devices and the wire dtype when not 2 / fp32)."""
+    check_scalar(budget, "format_budget_table")
     shown = ", ".join(f"{name}={params[name]:.10g}" for name in PARAMETERS)
     wire = wire_dtype_name(wire_dtype)
     if N == 2 and wire == "fp32":

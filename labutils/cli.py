@@ -1,8 +1,10 @@
 """The command line: `python -m labutils SUBCOMMAND ...`.
 
 Each concept module that offers a subcommand defines `add_cli(subparsers)`, which adds its parser
-and sets `func(args) -> int`. Bad input (LabInputError) ends with one line on stderr
-and exit status 2.
+and sets `func(args) -> int`. Bad input ends with one line on stderr naming the parameter and exit
+status 2, before anything starts: a LabInputError from the command, or argparse's own complaint
+(an unknown option, a value that is not a number), printed after the short usage so that the last
+line is always the one that names the value.
 """
 
 from __future__ import annotations
@@ -28,12 +30,22 @@ COMMAND_MODULES = [
 ]
 
 
+class LabArgumentParser(argparse.ArgumentParser):
+    """argparse with the lab's contract: the usage line, then one `error: ...` line naming the
+    option and the value as the last line of stderr, exit status 2."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        line = " ".join(str(message).split())
+        self.exit(2, f"error: {self.prog.split()[-1]}: {line}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = LabArgumentParser(
         prog="python -m labutils",
         description="The Interconnect Lab: measure and model why two GPUs are not twice as fast.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=LabArgumentParser)
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_cli(sub)
     return parser
@@ -41,14 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse's refusal (2, its one line already printed) or --help (0)
+        return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
     except LabInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print("error: " + " ".join(str(exc).split()), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

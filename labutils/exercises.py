@@ -42,6 +42,7 @@ from labutils.ddp_model import max_hidden_gradient_bytes, min_busbw_for_efficien
 from labutils.doctor import case_inputs, diagnose
 from labutils.doctor_evidence import path_band
 from labutils.fit import allreduce_ms, latency_term_us
+from labutils.inputs import check_range
 from labutils.ring import ring_bytes_per_rank
 from labutils.tensor_parallel import TOY_A, TOY_B, relu, toy_split, toy_whole, toy_wrong_split
 from labutils.topology import choose_pair, classify, expected_figure, load_sample, pair_path, sample_pcie_gen
@@ -512,19 +513,22 @@ def check_allreduce_prediction(answer_ms, size_bytes: float, world_size: int, bu
     Slips: the factor left out, one phase ((N-1)/N), the answer in s or us, busbw read as Gb/s
     or GiB/s, the factor's limit 2."""
     try:
+        check_range("busbw_GBps", busbw_GBps, low=0, low_open=True, high=math.inf, high_open=True, unit="GB/s")
         right = float(allreduce_ms(size_bytes, world_size, busbw_GBps))
         factor = bus_factor("all_reduce", world_size)
+        bare = size_bytes / (busbw_GBps * 1e6)
     except Exception as exc:  # noqa: BLE001
         return f"This case cannot be graded ({exc})."
-    bare = size_bytes / (busbw_GBps * 1e6)
     slips = [(bare, f"that is bytes / busbw alone; multiply by the ring factor 2(N-1)/N = {factor:.4g}."),
              (bare * factor / 2, "that is one phase, (N-1)/N; reduce-scatter and all-gather each move as much."),
              (2 * bare, "that uses the factor's limit 2; at this N it is 2(N-1)/N."),
              (right * 8, "that is 8 times the answer: busbw read as gigabits (Gb/s); GB/s counts bytes."),
              (right / GiB_PER_GB, "that is 1.0737 times the answer: GiB (2^30 bytes) used for GB (1e9 bytes).")]
     how = "Compute factor = 2(N-1)/N, then factor x bytes / (busbw x 1e9) seconds, then convert to ms."
-    return grade(answer_ms, right, slips, "ms", how,
-                 right_text="Doubling N from here barely changes it: the factor tends to 2.")
+    tail = ("With one rank nothing travels: the factor 2(N-1)/N is 0." if factor == 0 else
+            "Doubling N from here barely changes it: the factor tends to 2." if factor >= 1.5 else
+            f"The factor is {factor:.4g} here and tends to 2 as N grows.")
+    return grade(answer_ms, right, slips, "ms", how, right_text=tail)
 
 
 def ring_latency_ranks(alpha_step_us: float = 5.0, limit_us: float = 100.0, algorithm: str = "ring") -> int:

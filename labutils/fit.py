@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from labutils.busbw import bus_factor
-from labutils.inputs import LabInputError, check_range
+from labutils.inputs import LabInputError, check_broadcast, check_range
 from labutils.units import format_size
 
 # The source article's example: a 200 MB gradient (decimal MB) on a link with busbw ~22 GB/s.
@@ -78,12 +78,17 @@ def allreduce_ms(size_bytes, world_size, busbw_GBps, alpha_us=0.0, buckets=1):
     check_range("size_bytes", size_bytes, low=0, unit="bytes")
     check_range("busbw_GBps", busbw_GBps, low=0, unit="GB/s")
     check_range("world_size", world_size, low=1)
-    check_range("alpha_us", alpha_us, low=0, unit="us")
+    check_range("alpha_us", alpha_us, low=0, high=np.inf, high_open=True, unit="us")
+    check_range("buckets", buckets, low=1, high=np.inf, high_open=True, unit="all-reduces")
+    if not np.all(np.mod(np.asarray(buckets, dtype=float), 1) == 0):
+        raise LabInputError(f"buckets={buckets!r} must be a whole number of all-reduces")
+    check_broadcast(size_bytes=size_bytes, world_size=world_size, busbw_GBps=busbw_GBps, alpha_us=alpha_us,
+                    buckets=buckets)
     n = np.asarray(world_size, dtype=float)
     factor = bus_factor("all_reduce", n)
     with np.errstate(divide="ignore", invalid="ignore"):
         wire = factor * np.asarray(size_bytes, dtype=float) / (np.asarray(busbw_GBps, dtype=float) * 1e6)
-    wire = np.where(factor == 0, 0.0, wire)
+    wire = np.where((factor == 0) | (np.asarray(size_bytes, dtype=float) == 0), 0.0, wire)
     comm = np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3 + wire
     comm = np.where(n > 1, comm, 0.0)
     return float(comm) if comm.ndim == 0 else comm
@@ -97,8 +102,9 @@ def latency_term_us(world_size, alpha_step_us: float, algorithm: str = "ring"):
     The ring grows linearly with N, the tree logarithmically: why NCCL prefers trees at scale
     for small messages.
     """
+    check_range("world_size", world_size, low=1, high=np.inf, high_open=True)
+    check_range("alpha_step_us", alpha_step_us, low=0, high=np.inf, high_open=True, unit="us")
     n = np.asarray(world_size, dtype=float)
-    check_range("world_size", n, low=1)
     if algorithm == "ring":
         steps = 2.0 * (n - 1.0)
     elif algorithm == "tree":

@@ -12,6 +12,14 @@ class LabInputError(ValueError):
 
 
 def _values(value):
+    """The numbers of `value` as a flat float array; TypeError for None, text, booleans and
+    containers of them (a number given as text is a slip, not a number)."""
+    if value is None or isinstance(value, (str, bytes, bool, np.bool_)):
+        raise TypeError(value)
+    raw = np.asarray(value)
+    if raw.dtype.kind in "USVb" or (raw.dtype.kind == "O" and any(
+            v is None or isinstance(v, (str, bytes, bool)) for v in raw.ravel())):
+        raise TypeError(value)
     return np.asarray(value, dtype=float).ravel()
 
 
@@ -40,7 +48,10 @@ def check_range(name: str, value, *, low: float = -math.inf, high: float = math.
 
 def check_int(name: str, value, *, low: int | None = None, high: int | None = None) -> int:
     """Return `value` as int, or raise LabInputError naming `name` and the allowed range."""
-    whole = isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer()
+    if isinstance(value, np.generic) and not isinstance(value, np.bool_):
+        value = value.item()
+    whole = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+        isinstance(value, int) or float(value).is_integer())
     if not whole:
         raise LabInputError(f"{name} must be a whole number, got {value!r}")
     ivalue = int(value)
@@ -49,6 +60,18 @@ def check_int(name: str, value, *, low: int | None = None, high: int | None = No
         hi = "inf" if high is None else str(high)
         raise LabInputError(f"{name}={ivalue} is outside the allowed range [{lo}, {hi}]")
     return ivalue
+
+
+def check_broadcast(**values) -> tuple[int, ...]:
+    """The common shape of numbers and arrays given together; LabInputError naming them and their
+    shapes when they do not broadcast (numpy's rules)."""
+    shapes = {name: np.shape(v) for name, v in values.items()}
+    try:
+        return np.broadcast_shapes(*shapes.values())
+    except ValueError:
+        shown = ", ".join(f"{n} {s}" for n, s in shapes.items() if s)
+        raise LabInputError(f"the array inputs do not broadcast together ({shown}); give numbers, or arrays "
+                            "of one shape (or of shapes numpy can broadcast)") from None
 
 
 def check_choice(name: str, value, choices) -> str:

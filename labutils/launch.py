@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labutils.inputs import LabInputError, check_choice, check_int
-from labutils.placement import machine_placement, pin_rank, set_rank_threads
+from labutils.placement import check_local_ranks, machine_placement, pin_rank, set_rank_threads
 
 BACKENDS = ("auto", "gloo", "nccl")
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer is not a timeout (and overflows the rendezvous' timedelta)
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -247,8 +248,12 @@ def _stop_all(procs) -> None:
 def launch(worker: Callable, nproc: int, *, args: tuple = (), kwargs: dict | None = None,
            backend: str = "gloo", device: str = "cpu", timeout_s: float = 300.0,
            threads_per_rank: int | None = None, like_ranks: int | None = None,
-           on_report: Callable[[int, Any], None] | None = None) -> list:
+           on_report: Callable[[int, Any], None] | None = None, oversubscribe: bool | None = None) -> list:
     """Run `worker(ctx, *args, **kwargs)` on `nproc` local ranks; return the results by rank.
+
+    `nproc` is bounded by what the machine holds (`placement.check_local_ranks`: two ranks per
+    core, at least 8; `oversubscribe=True` or LAB_OVERSUBSCRIBE=1 allows 16 per core), checked
+    before any process starts.
 
     Ranks rendezvous on 127.0.0.1 at a free port. `timeout_s` bounds the whole run (and each
     collective). Raises RankError naming the rank that raised, crashed or hung; every child
@@ -259,9 +264,9 @@ def launch(worker: Callable, nproc: int, *, args: tuple = (), kwargs: dict | Non
     plans as for N ranks and runs the first `nproc` of them: a one-rank baseline then gets the
     same CPUs and threads as rank 0 of the N-rank run it is compared with.
     """
-    nproc = check_int("nproc", nproc, low=1)
-    if not (timeout_s > 0):
-        raise LabInputError(f"timeout_s={timeout_s!r} is outside the allowed range (0, inf) s")
+    nproc = check_local_ranks(nproc, oversubscribe=oversubscribe)
+    if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < MAX_TIMEOUT_S):
+        raise LabInputError(f"timeout_s={timeout_s!r} is outside the allowed range (0, {MAX_TIMEOUT_S:g}) s")
     plan_ranks = nproc if like_ranks is None else check_int("like_ranks", like_ranks, low=nproc)
     placement = machine_placement(plan_ranks, threads_per_rank)
     deadline_unix = time.time() + timeout_s
@@ -359,8 +364,24 @@ def torchrun_env() -> dict | None:
     needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     if not all(k in os.environ for k in needed):
         return None
-    return {"rank": int(os.environ["RANK"]), "world_size": int(os.environ["WORLD_SIZE"]),
-            "local_rank": int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))}
+    world = _env_int("WORLD_SIZE", low=1)
+    rank = _env_int("RANK", low=0, high=world - 1)
+    local_world = _env_int("LOCAL_WORLD_SIZE", low=1, high=world, default=world)
+    local_rank = _env_int("LOCAL_RANK", low=0, high=local_world - 1, default=rank if local_world == world else None)
+    return {"rank": rank, "world_size": world, "local_rank": local_rank, "local_world_size": local_world}
+
+
+def _env_int(name: str, low: int, high: int | None = None, default: int | None = None) -> int:
+    """A whole-number environment variable in [low, high]; LabInputError naming it otherwise."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        if default is not None:
+            return default
+        raise LabInputError(f"{name} is unset; torchrun sets it with RANK and WORLD_SIZE")
+    text = raw.strip()
+    if not text.lstrip("-").isdigit() or len(text) > 9:
+        raise LabInputError(f"{name}={raw!r} is not a whole number (set by torchrun or by hand)")
+    return check_int(name, int(text), low=low, high=high)
 
 
 def run_this_rank(worker: Callable, *, args: tuple = (), kwargs: dict | None = None,
@@ -377,7 +398,7 @@ def run_this_rank(worker: Callable, *, args: tuple = (), kwargs: dict | None = N
     if env is None:
         raise LabInputError("not launched by torchrun: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are unset")
     channel = (lambda payload: on_report(env["rank"], payload)) if on_report else None
-    placement = machine_placement(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))  # same plan on every local rank
+    placement = machine_placement(env["local_world_size"])  # same plan on every local rank
     set_rank_threads(placement)
     ctx = init_rank(backend, device, env["rank"], env["world_size"], env["local_rank"], timeout_s, channel)
     pin_rank(placement, env["local_rank"])

@@ -358,12 +358,60 @@ def backward_report(frame: pd.DataFrame) -> str:
 
 # --- the command line: tp-check runs the forward check (tensor_parallel) and the backward one (here) ------------------------------------------------------------------------------
 
-def _cli(args) -> int:
+MAX_SEED = 2**63 - 1
+
+
+def tp_check_bytes(nproc: int, batch: int, hidden: int) -> tuple[int, int]:
+    """(bytes the weights need, bytes the activations need) across `nproc` local ranks of
+    tp-check, in fp32: each rank builds the whole block to compare with (W1 and W2, 4·h² values
+    each, and their gradients: 16·h²) and about 8 activations of batch x 4h (32·batch·h)."""
+    return 4 * nproc * 16 * hidden * hidden, 4 * nproc * 32 * batch * hidden
+
+
+def _tp_inputs(args):
+    """Every tp-check input checked before a rank starts (one LabInputError naming the value)."""
+    from labutils.placement import check_local_ranks
+    from labutils.sweep import free_memory_bytes
 
     dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
+    if not dtypes:
+        raise LabInputError(f"dtypes={args.dtypes!r} names no dtype; give one or more of: {', '.join(LAYER_DTYPES)}")
     for d in dtypes:
         check_choice("dtypes", d, LAYER_DTYPES)
-    choice = resolve_backend(args.backend, args.device, args.nproc)
+    nproc = check_local_ranks(args.nproc, oversubscribe=args.oversubscribe or None)
+    batch = check_int("batch", args.batch, low=1)
+    hidden = check_int("hidden", args.hidden, low=1)
+    check_int("seed", args.seed, low=0, high=MAX_SEED)
+    from labutils.inputs import check_range
+    from labutils.launch import MAX_TIMEOUT_S
+
+    check_range("timeout_s", args.timeout_s, low=0, low_open=True, high=MAX_TIMEOUT_S, high_open=True, unit="s")
+    choice = resolve_backend(args.backend, args.device, nproc)
+    weights, activations = tp_check_bytes(nproc, batch, hidden)
+    free = free_memory_bytes(choice.device, nproc)
+    if weights + activations > free:
+        name, value = ("hidden", hidden) if weights >= activations else ("batch", batch)
+        raise LabInputError(f"{name}={value} is too large: {nproc} rank(s) x the whole block need about "
+                            f"{(weights + activations) / 1e9:.3g} GB of {choice.device} memory, "
+                            f"{free / 1e9:.3g} GB is free; lower --{name}")
+    return dtypes, choice
+
+
+def _cli(args) -> int:
+    import contextlib
+    import os
+
+    dtypes, choice = _tp_inputs(args)
+    with contextlib.ExitStack() as stack:
+        if args.oversubscribe:  # the launcher reads it: tp-check's ranks were checked above
+            before = os.environ.get("LAB_OVERSUBSCRIBE")
+            os.environ["LAB_OVERSUBSCRIBE"] = "1"
+            stack.callback(lambda: os.environ.pop("LAB_OVERSUBSCRIBE") if before is None
+                           else os.environ.__setitem__("LAB_OVERSUBSCRIBE", before))
+        return _run_cli(args, dtypes, choice)
+
+
+def _run_cli(args, dtypes, choice) -> int:
     frame = run_tp_check(args.nproc, (args.batch, args.hidden), dtypes, args.seed, choice.backend, choice.device,
                          timeout_s=args.timeout_s)
     print(f"{args.nproc} ranks, {choice.backend} on {choice.device}: split MLP block {args.batch}x{args.hidden} "
@@ -387,7 +435,9 @@ def add_cli(sub) -> None:
                                         "within the dtype's tolerance; then forward and backward with "
                                         "Megatron's f and g, comparing the input's and every weight's "
                                         "gradient. Exit status 1 when one differs.")
-    parser.add_argument("--nproc", type=int, default=2, help="ranks (must divide 4 * hidden) [2]")
+    parser.add_argument("--nproc", type=int, default=2,
+                        help="ranks (must divide 4 * hidden; at most 2 per core, 8 on any machine) [2]")
+    parser.add_argument("--oversubscribe", action="store_true", help="allow up to 16 ranks per core")
     parser.add_argument("--batch", type=int, default=8, help="rows of the input [8]")
     parser.add_argument("--hidden", type=int, default=64, help="hidden width; the MLP is 4x wider [64]")
     parser.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated dtypes [float32,bfloat16]")

@@ -23,9 +23,18 @@ def _num(value: float, width: int) -> str:
     return f"{value:>{width}.1e}"
 
 
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def format_nccl_table(frame: pd.DataFrame, meta: dict | None = None) -> str:
     """The sweep as nccl-tests prints it: size, count, type, redop, root, time, algbw, busbw, #wrong,
-    then the "Out of bounds values" and "Avg bus bandwidth" lines."""
+    then the "Out of bounds values" and "Avg bus bandwidth" lines.
+
+    A frame read from an old layout (no `root` column: every root NaN) is printed without it. The
+    summary lines quote `meta["avg_busbw_text"]` and `meta["out_of_bounds"]` when given (a parsed
+    log's own lines), else they are computed over the rows.
+    """
     meta = meta or {}
     lines = []
     if meta.get("budget_ms") is not None:
@@ -33,10 +42,12 @@ def format_nccl_table(frame: pd.DataFrame, meta: dict | None = None) -> str:
                      f"rank(s), warm-up {meta.get('warmup')}, ~{meta.get('budget_ms')} ms timed per size")
     if meta.get("backend_reason"):
         lines.append(f"# backend: {meta['backend_reason']}")
+    has_root = bool(len(frame)) and bool(frame["root"].notna().any())
+    root_head, root_unit = (f"  {'root':>6}", f"  {'':>6}") if has_root or not len(frame) else ("", "")
     lines.append("#")
-    lines.append(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  "
+    lines.append(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}{root_head}  {'time':>7}  "
                  f"{'algbw':>6}  {'busbw':>6}  {'#wrong':>6}")
-    lines.append(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  "
+    lines.append(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}{root_unit}  {'(us)':>7}  "
                  f"{'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}")
     several_ops = frame["op"].nunique() > 1 if len(frame) else False
     op = None
@@ -45,15 +56,18 @@ def format_nccl_table(frame: pd.DataFrame, meta: dict | None = None) -> str:
             op = r["op"]
             lines.append(f"# --- {op}")
         dtype = DTYPES.get(r["dtype"], (r["dtype"], 0))[0]
-        wrong = "N/A" if r["wrong"] is None or (isinstance(r["wrong"], float) and math.isnan(r["wrong"])) \
-            else f"{int(r['wrong'])}"
-        lines.append(f"{int(r['size_bytes']):>12}  {int(r['count']):>12}  {dtype:>8}  {r['redop']:>6}  "
-                     f"{int(r['root']):>6}  {_num(r['time_us'], 7)}  {_num(r['algbw_GBps'], 6)}  "
-                     f"{_num(r['busbw_GBps'], 6)}  {wrong:>6}")
-    bad = int((frame["wrong"].fillna(0) > 0).sum()) if len(frame) else 0
+        wrong = "N/A" if _missing(r["wrong"]) else f"{int(r['wrong'])}"
+        root = "" if not root_head else f"  {'N/A' if _missing(r['root']) else int(r['root']):>6}"
+        lines.append(f"{int(r['size_bytes']):>12}  {int(r['count']):>12}  {dtype:>8}  {r['redop']:>6}{root}  "
+                     f"{_num(r['time_us'], 7)}  {_num(r['algbw_GBps'], 6)}  {_num(r['busbw_GBps'], 6)}  {wrong:>6}")
+    bad = meta.get("out_of_bounds")
+    if bad is None:
+        bad = int((frame["wrong"].fillna(0) > 0).sum()) if len(frame) else 0
     lines.append(f"# {'Out of bounds values':<20} : {bad} {'FAILED' if bad else 'OK'}")
-    avg = float(frame["busbw_GBps"].mean()) if len(frame) else math.nan
-    lines.append(f"# {'Avg bus bandwidth':<20} : {avg:g}")
+    avg = meta.get("avg_busbw_text")
+    if avg is None:
+        avg = f"{float(frame['busbw_GBps'].mean()) if len(frame) else math.nan:g}"
+    lines.append(f"# {'Avg bus bandwidth':<20} : {avg}")
     lines.append("#")
     return "\n".join(lines)
 

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from labutils.busbw import COLUMNS, DTYPE_ALIASES, DTYPES, OPS, bus_factor
-from labutils.inputs import LabInputError
+from labutils.inputs import LabInputError, check_choice, check_int
 from labutils.nccl_table import print_rows
 
 _PREFIX = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
@@ -39,6 +39,16 @@ _RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\
 _AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*([-+0-9.eE]+|nan)")
 _OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)")
 _NCCL_VERSION = re.compile(r"NCCL version\s+(\S+)|nccl-library=(\d+)")
+_HEADER_GPUS = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\b")
+_COMMAND_GPUS = re.compile(r"_perf\b.*?\s-g\s*(\d+)\b")
+_COMMAND_THREADS = re.compile(r"_perf\b.*?\s-t\s*(\d+)\b")
+_INFO_NRANKS = re.compile(r"NCCL INFO\b.*\brank\s+(\d+)\s+nranks\s+(\d+)\b")
+_RANK_PID = re.compile(r"\bPid\s+(\d+)\b")
+_INT = re.compile(r"^-?\d+$")
+# Every program of nccl-tests (what --op may name), and those whose busbw/algbw ratio gives N.
+PROGRAMS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv", "gather",
+            "scatter", "hypercube")
+MAX_RANKS = 1 << 20  # far above any job; a larger count in a log is a corrupt line
 _TYPES = set(DTYPES) | set(DTYPE_ALIASES) | {"float", "half", "double", "int32", "uint32", "int64", "uint64",
                                              "int8", "uint8", "bfloat16", "f8e4m3", "f8e5m2"}
 _REDOPS = {"sum", "prod", "max", "min", "avg", "mulsum", "none", "all"}
@@ -140,10 +150,26 @@ def _needed(columns: list[str]) -> int:
 
 
 def _rows_from_cells(cells: list[str], columns: list[str], op: str, world: float) -> list[dict]:
+    """The row's out-of-place and in-place halves; LabInputError for a cell that is not what its
+    column holds (a size that is no whole number, a negative or infinite value)."""
+    try:
+        return _convert_cells(cells, columns, op, world)
+    except (ValueError, IndexError, OverflowError):
+        raise LabInputError(f"the nccl-tests row {' '.join(cells)!r} has a cell that does not fit its column "
+                            f"({', '.join(columns)})") from None
+
+
+def _convert_cells(cells: list[str], columns: list[str], op: str, world: float) -> list[dict]:
     pos = {name: columns.index(name) for name in ("size", "count", "type", "redop", "root") if name in columns}
-    base = {"op": op, "size_bytes": int(cells[pos["size"]]), "count": int(cells[pos["count"]]),
+    size, count = cells[pos["size"]], cells[pos["count"]]
+    if not (_INT.match(size) and _INT.match(count)):
+        raise ValueError("size and count are whole numbers")
+    root = cells[pos["root"]] if "root" in pos else None
+    if root is not None and not _INT.match(root):
+        raise ValueError("root is a whole number")
+    base = {"op": op, "size_bytes": int(size), "count": int(count),
             "dtype": _dtype(cells[pos["type"]]), "redop": cells[pos["redop"]] if "redop" in pos else "none",
-            "root": int(cells[pos["root"]]) if "root" in pos else -1, "world_size": world, "backend": "nccl"}
+            "root": int(root) if root is not None else math.nan, "world_size": world, "backend": "nccl"}
     rows = []
     for half, where in enumerate(_halves(columns)):
         if where["wrong"] >= len(cells):
@@ -156,40 +182,151 @@ def _rows_from_cells(cells: list[str], columns: list[str], op: str, world: float
     return rows
 
 
-def _log_meta(lines: list[str]) -> tuple[dict, float]:
-    """What the log says about itself: program, devices (world size), NCCL version, summary lines."""
-    meta = {"program": None, "devices": [], "nccl_version": None, "avg_busbw_GBps": math.nan,
+_CHECKED = (("size_bytes", "size"), ("count", "count"), ("time_us", "time"), ("algbw_GBps", "algbw"),
+            ("busbw_GBps", "busbw"), ("wrong", "#wrong"))
+
+
+def _check_rows(rows: list[dict]) -> None:
+    """LabInputError naming the column for a negative or infinite number (N/A, NaN pass)."""
+    for row in rows:
+        for key, column in _CHECKED:
+            value = row[key]
+            if isinstance(value, float) and math.isnan(value):
+                continue
+            if value < 0 or math.isinf(value):
+                raise LabInputError(f"{column}={value!r} in the nccl-tests row of size {row['size_bytes']} is "
+                                    "outside the allowed range [0, inf)")
+
+
+def _log_meta(lines: list[str]) -> tuple[dict, dict]:
+    """What the log says about itself: program, devices, NCCL version, summary lines (the "Avg bus
+    bandwidth" line as printed, `avg_busbw_text`), and the raw evidence of the world size."""
+    meta = {"program": None, "devices": [], "nccl_version": None, "avg_busbw_GBps": math.nan, "avg_busbw_text": None,
             "out_of_bounds": None, "format": "text"}
-    ranks = {}
+    ranks, pids, evidence = {}, set(), {"per_process": {}, "exact": {}}
     for line in (ln.strip() for ln in lines):
         program, rank, avg = _PROGRAM.search(line), _RANK_LINE.match(line), _AVG.match(line)
         oob, version = _OOB.match(line), _NCCL_VERSION.search(line)
+        header, info = _HEADER_GPUS.match(line), _INFO_NRANKS.search(line)
         if program and meta["program"] is None:
             meta["program"] = program.group(0)
+        if program and not line.startswith("#"):
+            gpus, threads = _COMMAND_GPUS.search(line), _COMMAND_THREADS.search(line)
+            if gpus:
+                evidence["per_process"].setdefault(f"-g {gpus.group(1)} on the command line",
+                                                   int(gpus.group(1)) * int(threads.group(1) if threads else 1))
+        if header:
+            evidence["per_process"].setdefault(f"nThread {header.group(1)} nGpus {header.group(2)} in the header",
+                                               int(header.group(1)) * int(header.group(2)))
+        if info:
+            n = int(info.group(2))
+            evidence["exact"].setdefault(f"NCCL INFO nranks {n}", n)
         if rank:
             ranks[int(rank.group(1))] = rank.group(5).strip()
+            pid = _RANK_PID.search(line)
+            pids.add((pid.group(1) if pid else "?", rank.group(2)))
         if avg:
             meta["avg_busbw_GBps"] = float(avg.group(1))
+            meta["avg_busbw_text"] = avg.group(1)
         if oob:
             meta["out_of_bounds"] = int(oob.group(1))
         if version and meta["nccl_version"] is None:
             meta["nccl_version"] = version.group(1) or version.group(2)
     meta["devices"] = [ranks[r] for r in sorted(ranks)]
-    return meta, float(len(ranks)) if ranks else math.nan
+    evidence["ranks"], evidence["processes"] = sorted(ranks), len(pids)
+    return meta, evidence
+
+
+def _n_from_ratio(rows: list[dict], op: str) -> int | None:
+    """N from busbw = algbw * factor(N) on every row with a bandwidth: the one N whose factor
+    reproduces each printed busbw within its rounding (2 decimals, or 4 significant figures), else None."""
+    if op not in ("all_reduce", "all_gather", "reduce_scatter"):
+        return None
+    pairs = [(r["algbw_GBps"], r["busbw_GBps"]) for r in rows
+             if all(isinstance(v, (int, float)) and math.isfinite(v) for v in (r["algbw_GBps"], r["busbw_GBps"]))
+             and r["algbw_GBps"] > 0]
+    if not pairs:
+        return None
+    alg, bus = max(pairs)
+    ratio = bus / alg
+    top = 2.0 if op == "all_reduce" else 1.0
+    if not 0 <= ratio < top:
+        return None
+    guess = round(top / (top - ratio))
+    if not 1 <= guess <= MAX_RANKS:
+        return None
+
+    def slack(v):
+        return max(0.0051, 6e-4 * abs(v))
+
+    factor = bus_factor(op, guess)
+    fits = all(abs(a * factor - b) <= slack(b) + factor * slack(a) for a, b in pairs)
+    near = [n for n in (guess - 1, guess + 1) if n >= 1 and
+            all(abs(a * bus_factor(op, n) - b) <= slack(b) + bus_factor(op, n) * slack(a) for a, b in pairs)]
+    return guess if fits and not near else None
+
+
+def decide_world_size(evidence: dict, rows: list[dict], op: str, nranks: int | None = None) -> tuple[int | None, str]:
+    """(N, which source decided and which agree) from every source a log has; LabInputError when
+    two disagree.
+
+    Sources: `nranks` (the caller's override), NCCL INFO's `nranks` (exact), the header's nThread x
+    nGpus and the command line's -g (ranks per process: the world size for one process, a multiple
+    of it across processes), the busbw/algbw ratio (exact where it singles out one N) and the `# Rank`
+    lines (a lower bound: a log cut to its tail keeps only some; the world size only when nothing
+    else speaks).
+    """
+    exact: list[tuple[str, int]] = []
+    if nranks is not None:
+        exact.append(("--nranks", nranks))
+    exact += list(evidence.get("exact", {}).items())
+    per_process = evidence.get("per_process", {})
+    multi = evidence.get("processes", 0) > 1
+    if not multi:
+        exact += [(name, n) for name, n in per_process.items()]
+    ratio_n = _n_from_ratio(rows, op)
+    if ratio_n is not None:
+        exact.append(("busbw/algbw", ratio_n))
+    ranks = evidence.get("ranks", [])
+    at_least = max(len(ranks), ranks[-1] + 1) if ranks else 0
+
+    def says(name, n):
+        return f"{name} says {n}"
+
+    if exact:
+        name, world = exact[0]
+        clash = [(m, n) for m, n in exact[1:] if n != world]
+        if clash:
+            raise LabInputError(f"world size: the log disagrees with itself: {says(name, world)}, "
+                                + ", ".join(says(m, n) for m, n in clash)
+                                + "; give the true rank count with --nranks only if the log is yours and complete")
+        if world < at_least:
+            raise LabInputError(f"world size: {says(name, world)} but the log lists a # Rank line for rank "
+                                f"{ranks[-1]} ({at_least} ranks at least)")
+        bad = [(m, p) for m, p in per_process.items() if world % p]
+        if bad:
+            raise LabInputError(f"world size: {says(name, world)} but {bad[0][0]} ({bad[0][1]} ranks per process) "
+                                "does not divide it")
+        agree = [m for m, _ in exact[1:]] + (["# Rank lines"] if ranks else [])
+        return world, name + (f" (agrees: {', '.join(agree)})" if agree else "")
+    if ranks and ranks == list(range(len(ranks))):
+        return len(ranks), f"{len(ranks)} # Rank lines (nothing else in the log gives the rank count)"
+    return None, "unknown: no source in the log gives the rank count (give --nranks)"
 
 
 def _is_row_start(cells: list[str]) -> bool:
     return len(cells) >= 4 and bool(_NUMBER.match(cells[0]) and _NUMBER.match(cells[1])) and cells[2].lower() in _TYPES
 
 
-def parse_text(text: str, op: str | None = None) -> NcclTestsLog:
+def parse_text(text: str, op: str | None = None, nranks: int | None = None) -> NcclTestsLog:
     """Parse an nccl-tests text log; `op` overrides the collective read from the log.
 
     The header line gives the columns (and where each ends); rows are lines starting with
     size, count and type. A row cut short by other output waits for a line of numbers only.
     """
     lines = [_PREFIX.sub("", raw, count=1) for raw in text.splitlines()]
-    meta, world = _log_meta(lines)
+    meta, evidence = _log_meta(lines)
+    world = math.nan
     found_op = op or _op_from_program(meta["program"])
     columns, ends, pending, rows = None, None, None, []
     for line in lines:
@@ -214,13 +351,19 @@ def parse_text(text: str, op: str | None = None) -> NcclTestsLog:
         rows.extend(_rows_from_cells(cells, cols, found_op, world))
     if pending is not None:
         rows.extend(_rows_from_cells(pending, columns or _guess_columns(pending), found_op, world))
-    return _finish(rows, found_op, world, meta)
+    return _finish(rows, found_op, evidence, meta, nranks)
 
 
-def _finish(rows: list[dict], op: str, world: float, meta: dict) -> NcclTestsLog:
+def _finish(rows: list[dict], op: str, evidence: dict, meta: dict, nranks: int | None = None) -> NcclTestsLog:
     if not rows:
         raise LabInputError("no nccl-tests result rows found (expected lines such as "
                             "'     1048576        262144     float     sum      -1   ...')")
+    _check_rows(rows)
+    decided, why = decide_world_size(evidence, rows, op, nranks)
+    world = math.nan if decided is None else float(decided)
+    for row in rows:
+        row["world_size"] = world
+    meta["world_size_source"] = why
     frame = pd.DataFrame(rows, columns=COLUMNS + ["max_error"])
     frame["world_size"] = frame["world_size"].astype(float) if math.isnan(world) else int(world)
     meta.update(op=op, world_size=None if math.isnan(world) else int(world), source="nccl-tests")
@@ -229,63 +372,114 @@ def _finish(rows: list[dict], op: str, world: float, meta: dict) -> NcclTestsLog
     return NcclTestsLog(frame, meta)
 
 
-def parse_json(doc: dict, op: str | None = None) -> NcclTestsLog:
-    """Parse the document nccl-tests writes with `-J FILE` (JSON format version 2)."""
-    if not isinstance(doc, dict) or "results" not in doc:
-        raise LabInputError("not an nccl-tests JSON report: no 'results' list")
+def parse_json(doc: dict, op: str | None = None, nranks: int | None = None) -> NcclTestsLog:
+    """Parse the document nccl-tests writes with `-J FILE` (JSON format version 2); LabInputError
+    naming the field for a report whose `results` or a record's fields have the wrong type."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise LabInputError("not an nccl-tests JSON report: 'results' is missing or not a list")
+    try:
+        return _parse_json(doc, op, nranks)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+        if isinstance(exc, LabInputError):
+            raise
+        raise LabInputError(f"the nccl-tests JSON report has a field of the wrong type or missing "
+                            f"({type(exc).__name__}: {exc}); expected results[*].size, count, type, "
+                            "out_of_place/in_place") from None
+
+
+def _whole(value, field_name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not _INT.match(str(value).strip()):
+        raise ValueError(f"{field_name}={value!r} is not a whole number")
+    return int(str(value).strip())
+
+
+def _parse_json(doc: dict, op: str | None, nranks: int | None) -> NcclTestsLog:
     args = doc.get("args") or []
-    program = Path(args[0]).name if args else None
+    program = Path(str(args[0])).name if isinstance(args, list) and args else None
     found_op = op or _op_from_program(program)
-    devices = (doc.get("config") or {}).get("devices") or []
-    world = float(len(devices)) if devices else math.nan
+    config = doc.get("config") or {}
+    devices = (config.get("devices") if isinstance(config, dict) else None) or []
+    if not isinstance(devices, list):
+        raise TypeError("config.devices is not a list")
+    evidence = {"per_process": {}, "exact": {f"{len(devices)} config.devices": len(devices)} if devices else {}}
     rows = []
     for rec in doc["results"]:
-        base = {"op": found_op, "size_bytes": int(rec["size"]), "count": int(rec["count"]),
+        if not isinstance(rec, dict):
+            raise TypeError(f"a result record is {type(rec).__name__}, not an object")
+        root = str(rec.get("root", -1)).strip() or "-1"
+        base = {"op": found_op, "size_bytes": _whole(rec["size"], "size"), "count": _whole(rec["count"], "count"),
                 "dtype": _dtype(str(rec.get("type", ""))), "redop": str(rec.get("redop", "none")).strip(),
-                "root": int(str(rec.get("root", -1)).strip() or -1), "world_size": world, "backend": "nccl"}
+                "root": _whole(root, "root"), "world_size": math.nan, "backend": "nccl"}
         for half, key in enumerate(("out_of_place", "in_place")):
             part = rec.get(key)
             if not part:
                 continue
+            if not isinstance(part, dict):
+                raise TypeError(f"{key} is {type(part).__name__}, not an object")
             t = part.get("time", part.get("cpu_time"))
             rows.append({**base, "time_us": _json_float(t), "algbw_GBps": _json_float(part.get("alg_bw")),
                          "busbw_GBps": _json_float(part.get("bus_bw")), "wrong": _json_float(part.get("nwrong")),
                          "max_error": math.nan, "in_place": half == 1})
     avg = (doc.get("average_bus_bandwidth") or {}).get("bandwidth")
-    meta = {"program": program, "devices": [d.get("device_info", "") for d in devices],
+    meta = {"program": program, "devices": [d.get("device_info", "") if isinstance(d, dict) else str(d) for d in devices],
             "nccl_version": doc.get("nccl_version"), "avg_busbw_GBps": _json_float(avg),
+            "avg_busbw_text": None if avg is None else str(avg),
             "out_of_bounds": (doc.get("out_of_bounds") or {}).get("count"), "format": "json"}
-    return _finish(rows, found_op, world, meta)
+    return _finish(rows, found_op, evidence, meta, nranks)
 
 
 def _json_float(value) -> float:
-    if value is None:
+    if value is None or isinstance(value, bool):
         return math.nan
     try:
         return float(value)  # nccl-tests writes NaN as the string "nan"
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return math.nan
 
 
-def parse_nccl_tests(path_or_text, op: str | None = None) -> NcclTestsLog:
-    """Parse a log file, a JSON report, or their text: JSON when the text starts with '{'."""
+def read_log_file(path, name: str = "log") -> str:
+    """The text of a log file; LabInputError naming `name` for '', a folder, a missing or unreadable file."""
+    text = str(path)
+    if not text.strip():
+        raise LabInputError(f"{name}={text!r} names no file")
+    p = Path(text)
+    try:
+        if p.is_dir():
+            raise LabInputError(f"{name}={text!r} is a folder, not a log file")
+        if not p.exists():
+            raise LabInputError(f"{name}={text!r} does not exist")
+        if not p.is_file():
+            raise LabInputError(f"{name}={text!r} is not a regular file")
+        return p.read_text(encoding="utf-8", errors="replace")
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, LabInputError):
+            raise
+        raise LabInputError(f"{name}={text!r} cannot be read ({type(exc).__name__}: {exc})") from None
+
+
+def parse_nccl_tests(path_or_text, op: str | None = None, nranks: int | None = None) -> NcclTestsLog:
+    """Parse a log file, a JSON report, or their text: JSON when the text starts with '{'.
+
+    `op` names the collective when the log does not (one of PROGRAMS); `nranks` is the world size
+    when the log does not say it, and must agree with every source that does (`decide_world_size`).
+    """
+    if op is not None:
+        check_choice("op", op, PROGRAMS)
+    if nranks is not None:
+        nranks = check_int("nranks", nranks, low=1, high=MAX_RANKS)
     text = str(path_or_text)
     if "\n" not in text and len(text) < 4096:
-        path = Path(text)
-        if not path.exists():
-            raise LabInputError(f"log={text!r} does not exist")
-        text = path.read_text(encoding="utf-8", errors="replace")
-        source = str(path)
+        text, source = read_log_file(text), text
     else:
         source = "<text>"
     if text.lstrip().startswith("{"):
         try:
             doc = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise LabInputError(f"the JSON report does not parse ({exc}); was the run cut short?") from None
-        log = parse_json(doc, op)
+        log = parse_json(doc, op, nranks)
     else:
-        log = parse_text(text, op)
+        log = parse_text(text, op, nranks)
     log.meta["file"] = source
     return log
 
@@ -306,7 +500,9 @@ def add_cli(subparsers) -> None:
                               description="Parse all_reduce_perf (and friends) output; prints the table, "
                                           "or rows as JSON/CSV with the sweep's keys plus in_place.")
     p.add_argument("log", help="nccl-tests stdout log, or the JSON file written with -J")
-    p.add_argument("--op", default=None, help="collective, when the log does not name its program")
+    p.add_argument("--op", default=None, choices=PROGRAMS, help="collective, when the log does not name its program")
+    p.add_argument("--nranks", type=int, default=None,
+                   help="the job's rank count, when the log does not say it; refused when the log says otherwise")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--csv", action="store_true")
@@ -314,9 +510,12 @@ def add_cli(subparsers) -> None:
 
 
 def _cli_parse(args) -> int:
-    log = parse_nccl_tests(args.log, op=args.op)
+    log = parse_nccl_tests(args.log, op=args.op, nranks=args.nranks)
     meta = {"backend": "nccl", "device": "cuda", "world_size": log.meta.get("world_size"),
-            "backend_reason": f"parsed from {log.meta['file']} ({log.meta.get('program') or 'nccl-tests'})"}
+            "backend_reason": f"parsed from {log.meta['file']} ({log.meta.get('program') or 'nccl-tests'}); "
+                              f"world size {log.meta.get('world_size') or '?'}: {log.meta.get('world_size_source')}",
+            "avg_busbw_text": log.meta.get("avg_busbw_text") or "N/A (the log has no Avg bus bandwidth line)",
+            "out_of_bounds": log.meta.get("out_of_bounds")}
     frame = log.frame if (args.json or args.csv) else log.frame[~log.frame["in_place"]]
     print_rows(frame, None if (args.json or args.csv) else meta, args.json, args.csv)
     return 0

@@ -66,6 +66,13 @@ from labutils.inputs import LabInputError, check_int
 MAX_THREADS_PER_RANK = 8
 RESERVE_CORES = 1
 RESERVE_FROM_CORES = 8  # headroom is kept from this many usable cores up
+# How many local ranks a machine holds (`max_local_ranks`): every rank is a process with its own
+# torch (~300 MB) and gloo threads, so beyond two per core they only queue behind each other;
+# any machine holds 8 (notebook 03's 4 ranks and a 5-rank test run on 2 cores). Asking to
+# oversubscribe (--oversubscribe, LAB_OVERSUBSCRIBE=1) lifts the bound to 16 per core.
+RANKS_PER_CORE = 2
+MIN_RANK_LIMIT = 8
+OVERSUBSCRIBED_RANKS_PER_CORE = 16
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,44 @@ def _cores(layout) -> list[tuple[int, int, tuple[int, ...]]]:
         by_core.setdefault(c.core, []).append(c)
     cores = [(min(c.node for c in cpus), core, tuple(sorted(c.cpu for c in cpus))) for core, cpus in by_core.items()]
     return sorted(cores)
+
+
+def usable_cores(layout) -> int:
+    """Physical cores this process may use: those of its affinity mask, at most the cgroup quota
+    (rounded down, at least 1); rule 2 of the module docstring."""
+    cores = len(_cores(layout))
+    quota = getattr(layout, "quota_cpus", None)
+    return min(cores, max(1, int(quota))) if quota else cores
+
+
+def max_local_ranks(cores: int, oversubscribe: bool = False) -> int:
+    """Local ranks a machine with `cores` usable cores holds: max(MIN_RANK_LIMIT, RANKS_PER_CORE x
+    cores), OVERSUBSCRIBED_RANKS_PER_CORE x cores when asked to oversubscribe (2 cores: 8 or 32;
+    16 cores: 32 or 256; 96 cores: 192 or 1536). A pure function."""
+    cores = check_int("cores", cores, low=1)
+    per_core = OVERSUBSCRIBED_RANKS_PER_CORE if oversubscribe else RANKS_PER_CORE
+    return max(MIN_RANK_LIMIT, per_core * cores)
+
+
+def _env_oversubscribe() -> bool:
+    return os.environ.get("LAB_OVERSUBSCRIBE", "").strip().lower() in ("1", "true", "yes")
+
+
+def check_local_ranks(nproc, layout=None, oversubscribe: bool | None = None, name: str = "nproc") -> int:
+    """`nproc` as an int when this machine (`layout`, default `cpu_layout()`) holds that many local
+    ranks (`max_local_ranks`); else LabInputError naming `name`, the limit and the way round it.
+    `oversubscribe` None reads LAB_OVERSUBSCRIBE=1."""
+    nproc = check_int(name, nproc, low=1)
+    if oversubscribe is None:
+        oversubscribe = _env_oversubscribe()
+    cores = usable_cores(layout or cpu_layout())
+    limit = max_local_ranks(cores, oversubscribe)
+    if nproc > limit:
+        more = ("" if oversubscribe else
+                f"; --oversubscribe (LAB_OVERSUBSCRIBE=1) allows up to {max_local_ranks(cores, True)}")
+        raise LabInputError(f"{name}={nproc} is outside the allowed range [1, {limit}]: this machine has "
+                            f"{cores} usable core(s), and every local rank is a process{more}")
+    return nproc
 
 
 def _assign(cores, nranks: int, threads: int) -> list[list[tuple[int, int, tuple[int, ...]]]]:
@@ -144,7 +189,7 @@ def plan_placement(layout, nranks: int, threads_per_rank: int | None = None, res
         raise LabInputError("the CPU layout lists no CPU this process may use")
     every = tuple(sorted(c for _, _, cpus in cores for c in cpus))
     quota = getattr(layout, "quota_cpus", None)
-    usable = min(len(cores), max(1, int(quota))) if quota else len(cores)
+    usable = usable_cores(layout)
     smt = len(every) > len(cores)
     where = (f"{usable} usable core(s)" + (f" (cgroup quota {quota:g} CPUs)" if quota and usable < len(cores) else "")
              + (", SMT siblings kept together" if smt else ""))

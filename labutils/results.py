@@ -30,14 +30,31 @@ def results_dir() -> Path:
     return path
 
 
+def _umask() -> int:
+    """This process's umask (read from /proc, else set and restored at once)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write `text` to `path` via a temporary file in the same folder and os.replace.
 
     A reader never sees a half-written file; an interrupted write leaves the old file intact.
+    The file gets the mode a plain `open` would give (0666 less the umask), not mkstemp's 0600:
+    an instructor collects results from another account.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, 0o666 & ~_umask())
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)

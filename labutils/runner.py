@@ -16,6 +16,7 @@ import ast
 import base64
 import html
 import json
+import math
 import os
 import sys
 import time
@@ -65,17 +66,93 @@ STAGES = {"execute": "executing", "read": "reading the executed notebook back", 
 
 
 def find_notebooks(only: str | None = None, directory: Path = NOTEBOOK_DIR) -> list[Path]:
-    """Notebooks in `directory`, in file-name order; `only="02,06"` keeps those whose name starts so."""
-    paths = sorted(directory.glob("*.ipynb"))
-    if not only:
+    """Notebooks in `directory`, in file-name order; `only="02,06"` keeps those whose name starts so.
+
+    LabInputError for a folder without notebooks, an `only` that names none ('' or ',') or a
+    prefix that matches no notebook.
+    """
+    paths = sorted(Path(directory).glob("*.ipynb"))
+    if not paths:
+        raise LabInputError(f"--notebooks {str(directory)!r} holds no .ipynb notebook")
+    if only is None:
         return paths
-    wanted = [w.strip() for w in only.split(",") if w.strip()]
+    wanted = [w.strip() for w in str(only).split(",") if w.strip()]
+    if not wanted:
+        raise LabInputError(f"--only {only!r} names no notebook; give prefixes such as 02,06 "
+                            f"(have: {', '.join(p.stem for p in paths)})")
     chosen = [p for p in paths if any(p.stem.startswith(w) for w in wanted)]
     unknown = [w for w in wanted if not any(p.stem.startswith(w) for p in paths)]
     if unknown:
         raise LabInputError(f"--only names no notebook: {', '.join(unknown)} "
                             f"(have: {', '.join(p.stem for p in paths)})")
     return chosen
+
+
+def notebook_parameters(path: Path) -> dict:
+    """The literals of a notebook's `parameters` cell: {name: default}; {} when it has none
+    (a name whose value is not a literal maps to None, accepting anything)."""
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    for cell in nb.cells:
+        if "parameters" in cell.metadata.get("tags", []):
+            found = {}
+            for node in ast.parse(cell.source).body:
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                    try:
+                        found[node.targets[0].id] = ast.literal_eval(node.value)
+                    except ValueError:
+                        found[node.targets[0].id] = None
+            return found
+    return {}
+
+
+def _fits(value, default) -> bool:
+    """Whether `value` may replace a parameter whose default is `default` (None takes anything)."""
+    if default is None:
+        return True
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, type(default))
+
+
+def check_params(params: dict, paths: list[Path]) -> None:
+    """LabInputError unless every parameter is in some chosen notebook's parameters cell, with a
+    value of its default's type; `nproc` is bounded by what this machine holds."""
+    from labutils.placement import check_local_ranks
+
+    cells = {p.stem: notebook_parameters(p) for p in paths}
+    for name, value in params.items():
+        having = {stem: cell[name] for stem, cell in cells.items() if name in cell}
+        if not having:
+            known = sorted({n for cell in cells.values() for n in cell})
+            raise LabInputError(f"--param {name}={value!r}: no chosen notebook has a parameter {name!r} "
+                                f"(have: {', '.join(known) or 'none'})")
+        for stem, default in having.items():
+            if not _fits(value, default):
+                raise LabInputError(f"--param {name}={value!r} does not fit {stem}'s {name} = {default!r} "
+                                    f"(a {type(default).__name__})")
+        if name == "nproc" and value is not None:
+            check_local_ranks(value, name="--param nproc")
+
+
+def check_out_dir(out_dir, directory: Path = NOTEBOOK_DIR) -> Path:
+    """The output folder, or LabInputError naming --out for '', a file, or the notebooks' folder."""
+    text = str(out_dir)
+    if not text.strip():
+        raise LabInputError("--out '' names no folder; give one such as out/")
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise LabInputError(f"--out {text!r} is a file, not a folder")
+    if path.resolve() == Path(directory).resolve():
+        raise LabInputError(f"--out {text} is the notebooks' folder: the executed copies would replace them")
+    return path
 
 
 def parse_params(pairs: list[str] | None) -> dict:
@@ -271,10 +348,9 @@ def run_notebooks(only: str | None = None, quick: bool = False, params: dict | N
     """
     from tqdm.auto import tqdm
 
-    out_dir = Path(out_dir)
     paths = find_notebooks(only, directory)
-    if out_dir.resolve() == Path(directory).resolve():
-        raise LabInputError(f"--out {out_dir} is the notebooks' folder: the executed copies would replace them")
+    out_dir = check_out_dir(out_dir, directory)
+    check_params(params or {}, paths)
     parameters = {**({"quick": True} if quick else {}), **(params or {})}
     outcomes: list[NotebookOutcome] = []
     stopped = None

@@ -23,11 +23,21 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from labutils.busbw import COLUMNS, DTYPES, OPS, SWEEP_EXTRA, canonical_dtype, sweep_sizes
+from labutils.busbw import (
+    COLUMNS,
+    DTYPES,
+    OPS,
+    SWEEP_EXTRA,
+    canonical_dtype,
+    element_bytes,
+    layout,
+    sweep_sizes,
+)
 from labutils.faults import FAULTS, faulty_sweep_worker
 from labutils.harness import sweep_worker
 from labutils.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.launch import (
+    MAX_TIMEOUT_S,
     RankError,
     cuda_device_count,
     launch,
@@ -37,7 +47,7 @@ from labutils.launch import (
     torchrun_env,
 )
 from labutils.nccl_table import print_rows
-from labutils.placement import machine_placement
+from labutils.placement import check_local_ranks, machine_placement
 from labutils.progress import rank_progress
 from labutils.results import list_results, load_result, save_result
 from labutils.topology import run_nvidia_smi
@@ -117,7 +127,7 @@ def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", **s
             "backend_reason": reason, "python": platform.python_version(), **settings}
 
 
-def _free_bytes(device: str, nproc: int) -> int:
+def free_memory_bytes(device: str, nproc: int) -> int:
     """Memory free for the buffers: MemAvailable on the CPU, the smallest GPU's free memory on CUDA."""
     if device == "cuda":
         import torch
@@ -133,23 +143,43 @@ def _free_bytes(device: str, nproc: int) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def check_memory(max_bytes: int, nproc: int, device: str, ranks_here: int) -> None:
+def check_memory(max_bytes: int, nproc: int, device: str, ranks_here: int, free_bytes: int | None = None) -> None:
     """LabInputError when the largest size cannot fit: each rank holds about 3 buffers of it
     (timed, checked, expected); on the CPU all local ranks share one memory, on CUDA the ranks
-    that share a GPU share its memory."""
+    that share a GPU share its memory. The message names the parameter that is too large: the
+    size when one rank's buffers alone do not fit, else the rank count."""
     sharing = ranks_here if device == "cpu" else max(1, ranks_per_gpu(ranks_here, cuda_device_count()))
     need = 3 * max_bytes * sharing
-    free = _free_bytes(device, nproc)
-    if need > free:
-        raise LabInputError(f"max_bytes={format_size(max_bytes)} needs about {format_size(need)} of {device} memory "
-                            f"(3 buffers x {sharing} rank(s)) but only {format_size(free)} is free; lower --max-bytes")
+    free = free_memory_bytes(device, nproc) if free_bytes is None else free_bytes
+    if need <= free:
+        return
+    if 3 * max_bytes > free:
+        raise LabInputError(f"max_bytes={format_size(max_bytes)} needs about {format_size(3 * max_bytes)} of {device} "
+                            f"memory per rank (3 buffers) but only {format_size(free)} is free; lower --max-bytes")
+    fits = max(1, free // (3 * max_bytes))
+    raise LabInputError(f"nproc={ranks_here} ranks x 3 buffers of max_bytes={format_size(max_bytes)} need about "
+                        f"{format_size(need)} of {device} memory but only {format_size(free)} is free; lower --nproc "
+                        f"(about {fits} rank(s) fit{' per GPU' if device == 'cuda' else ''}) or --max-bytes")
+
+
+MAX_BUDGET_MS = 60_000.0  # a minute of timed calls per size
+MAX_WARMUP = 10_000
+
+
+def check_sizes_hold_elements(op: str, sizes: list[int], dtype: str, world: int) -> None:
+    """LabInputError naming min_bytes when the smallest size holds no element per rank (nothing
+    would be measured there): all_gather and reduce_scatter need world x element bytes."""
+    if layout(op, sizes[0], dtype, world) is None:
+        need = element_bytes(dtype) * (world if op in ("all_gather", "reduce_scatter") else 1)
+        raise LabInputError(f"min_bytes={sizes[0]} holds no {dtype} element{' per rank' if need > element_bytes(dtype) else ''} "
+                            f"for {op} on {world} rank(s); the allowed range is [{need}, max_bytes] bytes")
 
 
 def run_sweep(nproc: int = 2, backend: str = "auto", device: str = "auto", op="all_reduce", min_bytes="1K",
               max_bytes="64M", factor: int = 2, dtype: str = "float32", warmup: int = 5, budget_ms: float = 100.0,
               min_iters: int = 3, max_iters: int = 1000, check: bool = True, timeout_s: float | None = None,
               progress: bool = True, raise_on_wrong: bool = True, fault_rank: int = -1,
-              fault: str = "none") -> SweepResult:
+              fault: str = "none", oversubscribe: bool | None = None, on_start=None) -> SweepResult:
     """Sweep `op` (one name or several) over sizes min_bytes..max_bytes (x factor) on `nproc` ranks.
 
     Spawns local ranks (labutils.launch), or, when torchrun set RANK/WORLD_SIZE/MASTER_*, runs as
@@ -157,25 +187,36 @@ def run_sweep(nproc: int = 2, backend: str = "auto", device: str = "auto", op="a
     rank, else gloo on CPU; meta["backend_reason"] says why. `budget_ms` is the timed time per
     size the iteration count aims at (between min_iters and max_iters). Raises
     WrongResultError (after the whole sweep) when any element was wrong, RankError naming the rank
-    when one fails or hangs, LabInputError on bad input.
+    when one fails or hangs, LabInputError on bad input (every input is checked before a rank
+    starts; `nproc` is bounded by `placement.check_local_ranks`, `oversubscribe` lifts it).
+    `on_start(choice)` is called once everything is checked, just before the ranks start.
     """
     ops = (op,) if isinstance(op, str) else tuple(op)
     for name in ops:
         check_choice("op", name, OPS)
     dtype = canonical_dtype(dtype)
     sizes = sweep_sizes(min_bytes, max_bytes, factor)
-    warmup = check_int("warmup", warmup, low=0)
-    check_range("budget_ms", budget_ms, low=0, low_open=True, unit="ms")
+    warmup = check_int("warmup", warmup, low=0, high=MAX_WARMUP)
+    check_range("budget_ms", budget_ms, low=0, low_open=True, high=MAX_BUDGET_MS, unit="ms")
+    if timeout_s is not None:
+        check_range("timeout_s", timeout_s, low=0, low_open=True, high=MAX_TIMEOUT_S, high_open=True, unit="s")
     min_iters = check_int("min_iters", min_iters, low=1)
     max_iters = check_int("max_iters", max_iters, low=min_iters)
     check_choice("fault", fault, FAULTS)
     env = torchrun_env()
-    world = env["world_size"] if env else check_int("nproc", nproc, low=1)
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if env else world
+    world = env["world_size"] if env else check_local_ranks(nproc, oversubscribe=oversubscribe)
+    local = env["local_world_size"] if env else world
+    if env:
+        check_local_ranks(local, oversubscribe=oversubscribe, name="LOCAL_WORLD_SIZE")
+    fault_rank = check_int("fault_rank", fault_rank, low=-1, high=world - 1)
+    for name in ops:
+        check_sizes_hold_elements(name, sizes, dtype, world)
     choice = resolve_backend(backend, device, local)
     check_memory(sizes[-1], local, choice.device, local)
     if timeout_s is None:
-        timeout_s = 60.0 + len(ops) * len(sizes) * (3 * budget_ms / 1e3 + 2.0)
+        timeout_s = min(60.0 + len(ops) * len(sizes) * (3 * budget_ms / 1e3 + 2.0), MAX_TIMEOUT_S / 2)
+    if on_start is not None:
+        on_start(choice)
     kwargs = dict(ops=ops, sizes=sizes, dtype=dtype, warmup=warmup, budget_ms=budget_ms, min_iters=min_iters,
                   max_iters=max_iters, check=check)
     worker = sweep_worker
@@ -190,7 +231,7 @@ def run_sweep(nproc: int = 2, backend: str = "auto", device: str = "auto", op="a
                                  timeout_s=timeout_s, on_report=report)
         else:
             rows = launch(worker, world, kwargs=kwargs, backend=choice.backend, device=choice.device,
-                          timeout_s=timeout_s, on_report=report)[0]
+                          timeout_s=timeout_s, on_report=report, oversubscribe=oversubscribe)[0]
     frame = pd.DataFrame(rows, columns=COLUMNS + SWEEP_EXTRA)
     meta = sweep_meta(choice.backend, choice.device, world, choice.reason, ops=list(ops), dtype=dtype,
                       min_bytes=sizes[0], max_bytes=sizes[-1], factor=factor, warmup=warmup, budget_ms=budget_ms,
@@ -273,7 +314,10 @@ def add_cli(subparsers) -> None:
                                           "Under torchrun, runs as the rank the environment names (rank 0 prints).")
     p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--nproc", type=int, default=2, help="local ranks to spawn (ignored under torchrun)")
+    p.add_argument("--nproc", type=int, default=2,
+                   help="local ranks to spawn (ignored under torchrun); at most 2 per core (8 on any machine)")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="allow up to 16 ranks per core (they queue behind each other; times mean little)")
     p.add_argument("--op", default="all_reduce", choices=OPS)
     p.add_argument("--min-bytes", "-b", default="1K", help="smallest size, K/M/G are 1024-based (default 1K)")
     p.add_argument("--max-bytes", "-e", default="64M", help="largest size (default 64M)")
@@ -296,15 +340,17 @@ def add_cli(subparsers) -> None:
 def _cli_sweep(args) -> int:
     env = torchrun_env()
     is_main = env is None or env["rank"] == 0
-    choice = resolve_backend(args.backend, args.device, int(os.environ.get("LOCAL_WORLD_SIZE", 0)) or args.nproc)
-    if is_main:
-        print(f"backend: {choice.backend} on {choice.device} ({choice.reason})", file=sys.stderr)
+
+    def announce(choice) -> None:
+        if is_main:
+            print(f"backend: {choice.backend} on {choice.device} ({choice.reason})", file=sys.stderr)
+
     try:
         result = run_sweep(nproc=args.nproc, backend=args.backend, device=args.device, op=args.op,
                            min_bytes=args.min_bytes, max_bytes=args.max_bytes, factor=args.factor, dtype=args.dtype,
                            warmup=args.warmup, budget_ms=args.budget_ms, timeout_s=args.timeout,
                            progress=not args.no_progress, raise_on_wrong=False, fault_rank=args.fault_rank,
-                           fault=args.fault)
+                           fault=args.fault, oversubscribe=args.oversubscribe or None, on_start=announce)
     except RankError as exc:
         if is_main:
             print(f"error: {exc}".splitlines()[0], file=sys.stderr)

@@ -35,6 +35,7 @@ DEFAULT_PCIE_GEN = 4
 ATTRIBUTES = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _CODE = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
+MAX_NVLINKS = 64  # bonded NVLinks between two GPUs: 18 on today's largest parts; more is a corrupt file
 _DEVICE = re.compile(r"^[A-Za-z][\w.:-]*\d$")  # GPU0, NIC3, mlx5_0: a device name ends in a digit
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 
@@ -166,6 +167,9 @@ def parse_topology(text: str, source: str = "text") -> Topology:
             if not _CODE.match(code):
                 raise TopologyParseError(line_no, f"unknown link code {code!r} in row {name}, column {col} "
                                                   "(expected X, NV#, PIX, PXB, PHB, NODE or SYS)")
+            if code.startswith("NV") and not 1 <= int(code[2:]) <= MAX_NVLINKS:
+                raise TopologyParseError(line_no, f"link code {code!r} in row {name}, column {col} names "
+                                                  f"{int(code[2:])} NVLinks; the allowed range is NV1 to NV{MAX_NVLINKS}")
         if len(rest) > len(attrs):
             raise TopologyParseError(line_no, f"row {name} has {len(rest)} cell(s) after the link columns "
                                               f"but the header names {len(attrs)}: {list(attrs)}")
@@ -225,12 +229,26 @@ def sample_pcie_gen(name: str) -> int:
 
 def read_topology_file(path: str | Path) -> Topology:
     """Parse a saved `nvidia-smi topo -m` output; a bare sample name (e.g. "two_gpu_sys") also works."""
-    p = Path(path)
-    if not p.exists() and str(path) in list_samples():
-        p = SAMPLES_DIR / f"{path}.txt"
-    if not p.is_file():
-        raise LabInputError(f"file={str(path)!r} does not exist; samples: {', '.join(list_samples())}")
-    return parse_topology(p.read_text(encoding="utf-8", errors="replace"), source=str(p))
+    text = str(path)
+    samples = ", ".join(list_samples())
+    if not text.strip():
+        raise LabInputError(f"file={text!r} names no file; give a saved `nvidia-smi topo -m` or a sample: {samples}")
+    p = Path(text)
+    try:
+        if not p.exists() and text in list_samples():
+            p = SAMPLES_DIR / f"{text}.txt"
+        if p.is_dir():
+            raise LabInputError(f"file={text!r} is a folder, not a saved `nvidia-smi topo -m`")
+        if not p.exists():
+            raise LabInputError(f"file={text!r} does not exist; samples: {samples}")
+        if not p.is_file():
+            raise LabInputError(f"file={text!r} is not a regular file (a device or a pipe)")
+        content = p.read_text(encoding="utf-8", errors="replace")
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, LabInputError):
+            raise
+        raise LabInputError(f"file={text!r} cannot be read ({type(exc).__name__}: {exc})") from None
+    return parse_topology(content, source=str(p))
 
 
 def load_sample(name: str) -> Topology:
@@ -283,6 +301,22 @@ P2P_BY_DEFAULT = ("PIX", "PXB")  # NCCL's default P2P level is PXB (src/graph/pa
 HOST_MEMORY = "through host memory"
 
 
+def _code(code) -> str:
+    """A link code as a string, SOC read as SYS; LabInputError naming it when it is no string."""
+    if not isinstance(code, str) or not code.strip():
+        raise LabInputError(f"code={code!r} is not a link code (NV#, PIX, PXB, PHB, NODE or SYS)")
+    code = code.strip()
+    return "SYS" if code == "SOC" else code
+
+
+def _nvlinks(code) -> int:
+    """The # of an NV# code, or LabInputError naming the code (NV1 to NV{MAX_NVLINKS})."""
+    digits = str(code)[2:]
+    if not digits.isdigit() or not 1 <= int(digits) <= MAX_NVLINKS:
+        raise LabInputError(f"code={code!r} is not an NVLink code NV1 to NV{MAX_NVLINKS}")
+    return int(digits)
+
+
 def path_route(code: str, p2p: bool | None = None) -> str:
     """How the bytes of a GPU pair travel: "NVLink", "peer-to-peer" or "through host memory".
 
@@ -291,7 +325,7 @@ def path_route(code: str, p2p: bool | None = None) -> str:
     several PCIe switches), through host memory beyond (PHB, NODE, SYS). Without peer access,
     every byte is copied GPU -> host memory -> GPU.
     """
-    code = "SYS" if code == "SOC" else code
+    code = _code(code)
     if code.startswith("NV"):
         return "NVLink"
     if p2p is None:
@@ -310,9 +344,9 @@ def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, p2p: bool | Non
     link's typical figure (~50 GB/s on PCIe 5.0 x16). Rows stated for PCIe 5.0 x16 are carried over
     by `pcie.scale_to_pcie`; the figure's name says the route.
     """
-    code = "SYS" if code == "SOC" else code
+    code = _code(code)
     if code.startswith("NV"):
-        return nvlink_figure(int(code[2:]))
+        return nvlink_figure(_nvlinks(code))
     if code not in PATHS:
         raise LabInputError(f"code={code!r} is not a GPU-to-GPU link code (X excluded)")
     way = path_route(code, p2p)
@@ -349,9 +383,9 @@ def path_table(pcie_gen: int = DEFAULT_PCIE_GEN, width: int = 16) -> pd.DataFram
 
 def classify(code: str) -> tuple[int, str, str, int]:
     """(speed rank, class name, plain-language description, NVLink count) for one code."""
-    code = "SYS" if code == "SOC" else code
+    code = _code(code)
     if code.startswith("NV"):
-        links = int(code[2:])
+        links = _nvlinks(code)
         return (100 + links, f"NVLink x{links}", f"{links} bonded NVLink(s) joining the two GPUs directly "
                 f"(or through NVSwitch): traffic never touches PCIe or the CPU", links)
     if code not in PATHS:
@@ -588,7 +622,7 @@ def add_cli(subparsers) -> None:
 def _cli(args) -> int:
     import json
 
-    if args.file:
+    if args.file is not None:
         topo = read_topology_file(args.file)
         gen = args.pcie_gen or sample_pcie_gen(Path(args.file).stem)
     else:
