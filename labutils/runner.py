@@ -18,6 +18,7 @@ import html
 import json
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -373,11 +374,29 @@ def run_notebooks(only: str | None = None, quick: bool = False, params: dict | N
     return outcomes
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached the run (a CI job's time limit, `timeout`, `kill`); handled as Ctrl-C is,
+    so no notebook's error handling mistakes it for a failing cell."""
+
+
+def _terminated(signum, frame):
+    raise Terminated(f"signal {signum}, terminated")
+
+
 def _cli(args) -> int:
     directory = Path(args.notebooks)
     if not directory.is_dir():
         raise LabInputError(f"--notebooks {directory} is not a folder")
-    outcomes = run_notebooks(args.only, args.quick, parse_params(args.param), args.out, directory=directory)
+    # SIGTERM stops the run like Ctrl-C: the notebook under way is cut short (its kernel shut
+    # down) and index.html and summary.json still list what ran and what did not.
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        outcomes = run_notebooks(args.only, args.quick, parse_params(args.param), args.out, directory=directory)
+    except Terminated:
+        print(f"stopped by SIGTERM; {Path(args.out) / 'summary.json'} lists what ran", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     ok = sum(o.ok for o in outcomes)
     total = sum(o.seconds for o in outcomes)
     print(f"{ok}/{len(outcomes)} notebooks succeeded in {total:.0f} s; open {Path(args.out) / 'index.html'}")

@@ -2,8 +2,10 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -156,3 +158,28 @@ def test_out_folder_may_not_be_the_notebooks_folder(three_notebooks):
 
     with pytest.raises(LabInputError, match="is the notebooks' folder"):
         run_notebooks(out_dir=three_notebooks, directory=three_notebooks)
+
+
+@pytest.mark.notebook
+def test_sigterm_stops_the_run_and_still_writes_summary_and_index(tmp_path):
+    """A job's time limit sends SIGTERM: the run ends at once with 143, and both files say what ran."""
+    src = tmp_path / "nbs"
+    src.mkdir()
+    _notebook(src / "01_quick.ipynb", "x = 1")
+    _notebook(src / "02_slow.ipynb", "import time\nopen('started', 'w').close()\ntime.sleep(120)")
+    _notebook(src / "03_never.ipynb", "x = 3")
+    proc = subprocess.Popen([sys.executable, "-m", "labutils", "run-notebooks", "--notebooks", str(src),
+                             "--out", str(tmp_path / "out")], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    deadline = time.monotonic() + 180
+    while not (src / "started").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # the slow notebook's kernel runs in the notebooks' folder
+    assert (src / "started").exists(), "the slow notebook never started"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "stopped by SIGTERM" in err
+    nbs = json.loads((tmp_path / "out" / "summary.json").read_text())["notebooks"]
+    assert nbs["01_quick"]["ok"] and not nbs["02_slow"]["ok"] and not nbs["03_never"]["ok"]
+    assert "not run" in (tmp_path / "out" / "index.html").read_text()
