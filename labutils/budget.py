@@ -40,6 +40,28 @@ import numpy as np
 import pandas as pd
 
 from labutils.arrays import as_float_array, float_or_array, safe_divide
+from labutils.budget_formulas import (
+    WIRE_DTYPES,
+    _break_even,
+    _break_even_n,
+    _comm,
+    _comm_n,
+    _min_bandwidth,
+    _min_bandwidth_n,
+    _min_eta,
+    _min_eta_n,
+    _n_inputs,
+    _saved_fraction,
+    ring_factor,
+    wire_dtype_name,
+)
+from labutils.budget_formulas import (
+    check_devices as check_devices,
+)
+from labutils.budget_formulas import (
+    saved_fraction_n as saved_fraction_n,
+)
+from labutils.budget_notes import _notes
 from labutils.inputs import LabInputError, check_broadcast, check_range
 
 # The article's base case: 12 ms of divisible work, four 2 MB exchanges over 10 GB/s.
@@ -83,33 +105,14 @@ def _quiet(fn):
     return wrapper
 
 
-# --- the formulas, unchecked (inputs already validated) ---
-
-def _comm(Q, latency_ms, volume_bytes, bandwidth_GBps):
-    return as_float_array(Q) * (as_float_array(latency_ms) + as_float_array(volume_bytes) / (as_float_array(bandwidth_GBps) * 1e6))
 
 
-def _saved_fraction(eta):
-    return 1.0 - 1.0 / (2.0 * as_float_array(eta))
 
 
-def _break_even(eta, H):
-    frac = _saved_fraction(eta)
-    return safe_divide(H, frac)
 
 
-def _min_bandwidth(C_ms, eta, Q, latency_ms, volume_bytes):
-    saving = as_float_array(C_ms) * _saved_fraction(eta)
-    startup = as_float_array(Q) * as_float_array(latency_ms)
-    possible = saving > startup
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        window = safe_divide(saving - startup, Q)
-        need = np.where(as_float_array(volume_bytes) > 0, as_float_array(volume_bytes) / (window * 1e6), 0.0)
-    return np.where(possible, need, math.inf)
 
 
-def _min_eta(C_ms, H):
-    return _min_eta_n(C_ms, H, 2.0)
 
 
 # --- the public functions ---
@@ -225,71 +228,13 @@ class Budget:
         return out
 
 
-_INF_COMM_REASON = ("the communication H is infinite: V / B overflows, the bandwidth is too low for these "
-                    "bytes, so no finite compute pays for it")
-
-_ETA_REASON = ("with eta <= 0.5 the two halves take at least as long as the whole (C/(2 eta) >= C), "
-               "so no compute is saved to pay for the communication")
 
 
-def _reason(mask, total: int, scalar_text: str, array_text: str) -> str | None:
-    count = int(np.count_nonzero(mask))
-    if not count:
-        return None
-    return f"never: {scalar_text}" if total == 1 else f"never at {count} of {total} points: {array_text}"
 
 
-def _eta_reason(N: int = 2) -> str:
-    if N == 2:
-        return _ETA_REASON
-    return (f"with eta <= 1/{N} the {N} parts take at least as long as the whole (C/({N} eta) >= C), "
-            "so no compute is saved to pay for the communication")
 
 
-def _notes(C, eta, Q, latency, H, min_b, min_e, N: int = 2) -> dict:
-    """Human reasons for every "never" (and for a minimum η above 1), one line per field.
 
-    N = 2 is the article's wording; other N name the ring's (N−1)·ℓ startups and C/(Nη).
-    """
-    C, eta, Q, latency, H, min_b, min_e = np.broadcast_arrays(*map(as_float_array, (C, eta, Q, latency, H, min_b, min_e)))
-    total = C.size
-    saved = 1.0 - 1.0 / (float(N) * eta)
-    saving, startup = C * saved, Q * ((N - 1.0) * latency)
-    first = (lambda x: float(x.ravel()[0]))
-    notes = {}
-    low_eta = saved <= 0
-    reason = _eta_reason(N)
-    startups = "Q*l" if N == 2 else f"Q*{N - 1}*l"
-    kept = "C*(1 - 1/(2 eta))" if N == 2 else f"C*(1 - 1/({N} eta))"
-    text = _reason(low_eta, total, reason, reason)
-    no_link = np.isinf(H) & ~low_eta
-    link_text = _reason(no_link, total, _INF_COMM_REASON, _INF_COMM_REASON)
-    text = "; ".join(t for t in (text, link_text) if t)
-    if text:
-        notes["break_even_C_ms"] = text
-    startup_bound = np.isinf(min_b) & ~low_eta
-    parts = [p for p in (
-        _reason(low_eta & np.isinf(min_b), total, reason, reason),
-        _reason(startup_bound, total,
-                f"the startups alone ({startups} = {first(startup):.6g} ms) use up the compute saved "
-                f"({kept} = {first(saving):.6g} ms); no bandwidth is enough",
-                f"the startups alone ({startups}) use up the compute saved ({kept}); "
-                "no bandwidth is enough")) if p]
-    if parts:
-        notes["min_bandwidth_GBps"] = "; ".join(parts)
-    parts_word = "halves" if N == 2 else "parts"
-    text = _reason(np.isinf(min_e), total,
-                   f"the communication (H = {first(H):.6g} ms) is at least the whole divisible compute "
-                   f"(C = {first(C):.6g} ms); even perfect {parts_word} (eta = 1) cannot pay for it",
-                   "the communication H is at least the divisible compute C; even eta = 1 cannot pay for it")
-    over_one = np.isfinite(min_e) & (min_e > 1)
-    if over_one.any():
-        extra = (f"needs eta > {first(min_e[over_one]):.6g}, impossible since eta <= 1"
-                 if total == 1 else f"impossible (needs eta > 1) at {int(over_one.sum())} of {total} points")
-        text = f"{text}; {extra}" if text else extra
-    if text:
-        notes["min_eta"] = text
-    return notes
 
 
 @_quiet
@@ -353,16 +298,8 @@ def verdict(budget: Budget, N: int = 2) -> str:
 
 # --- N devices: the ring all-reduce generalisation (see the module docstring) ---
 
-WIRE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per value on the wire; V is counted in fp32
-_WIRE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
 
-def wire_dtype_name(wire_dtype) -> str:
-    """"fp32", "bf16" or "fp16" (torch names accepted); LabInputError naming the allowed values."""
-    name = _WIRE_ALIASES.get(str(wire_dtype).lower(), str(wire_dtype).lower())
-    if name not in WIRE_DTYPES:
-        raise LabInputError(f"wire_dtype={wire_dtype!r} is not one of: {', '.join(WIRE_DTYPES)}")
-    return name
 
 
 @_quiet
@@ -372,55 +309,20 @@ def wire_bytes(volume_bytes, wire_dtype="fp32"):
     return float_or_array(as_float_array(volume_bytes) * (WIRE_DTYPES[wire_dtype_name(wire_dtype)] / 4))
 
 
-def check_devices(N) -> int:
-    """N as an int, or LabInputError unless it is a whole number of devices >= 2."""
-    value = N.item() if isinstance(N, np.generic) else N
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer() or value < 2:
-        raise LabInputError(f"N={N!r} is outside the allowed range: a whole number of devices >= 2")
-    return int(value)
 
 
-def ring_factor(N) -> float:
-    """2(N−1)/N: the share of V each device sends in a ring all-reduce (1 at N = 2, towards 2)."""
-    n = float(check_devices(N))
-    return 2.0 * (n - 1.0) / n
 
 
-def _n_inputs(N, wire_dtype) -> tuple[float, float]:
-    return float(check_devices(N)), WIRE_DTYPES[wire_dtype_name(wire_dtype)] / 4
 
 
-def _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n: float, scale: float):
-    factor = 2.0 * (n - 1.0) / n
-    return as_float_array(Q) * ((n - 1.0) * as_float_array(latency_ms) + factor * (as_float_array(volume_bytes) * scale) / (as_float_array(bandwidth_GBps) * 1e6))
 
 
-def saved_fraction_n(eta, n: float):
-    """1 - 1/(N eta): the share of C that splitting over N devices saves (unchecked)."""
-    return 1.0 - 1.0 / (n * as_float_array(eta))
 
 
-def _break_even_n(eta, H, n: float):
-    frac = saved_fraction_n(eta, n)
-    return safe_divide(H, frac)
 
 
-def _min_bandwidth_n(C_ms, eta, Q, latency_ms, volume_bytes, n: float, scale: float):
-    saving = as_float_array(C_ms) * saved_fraction_n(eta, n)
-    startup = as_float_array(Q) * ((n - 1.0) * as_float_array(latency_ms))
-    possible = saving > startup
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        window = safe_divide(saving - startup, Q)
-        sent = 2.0 * (n - 1.0) / n * (as_float_array(volume_bytes) * scale)
-        need = np.where(as_float_array(volume_bytes) > 0, sent / (window * 1e6), 0.0)
-    return np.where(possible, need, math.inf)
 
 
-def _min_eta_n(C_ms, H, n: float):
-    """C / (n (C - H)) written as 1 / (n (1 - H/C)), so that C near 1e308 does not overflow to 0."""
-    C, H = np.broadcast_arrays(as_float_array(C_ms), as_float_array(H))
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return np.where(C > H, 1.0 / (n * (1.0 - H / np.where(C > H, C, 1.0))), math.inf)
 
 
 @_quiet

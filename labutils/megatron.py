@@ -29,8 +29,10 @@ from dataclasses import astuple, dataclass
 import pandas as pd
 
 from labutils.buffers import torch_dtype
-from labutils.inputs import LabInputError, check_choice, check_int
-from labutils.launch import launch, resolve_backend
+from labutils.inputs import LabInputError, check_choice, check_int, check_range
+from labutils.launch import MAX_TIMEOUT_S, launch, resolve_backend
+from labutils.placement import check_local_ranks
+from labutils.sweep import free_memory_bytes
 from labutils.tensor_parallel import (
     LAYER_DTYPES,
     MLPWeights,
@@ -370,9 +372,6 @@ def tp_check_bytes(nproc: int, batch: int, hidden: int) -> tuple[int, int]:
 
 def _tp_inputs(args):
     """Every tp-check input checked before a rank starts (one LabInputError naming the value)."""
-    from labutils.placement import check_local_ranks
-    from labutils.sweep import free_memory_bytes
-
     dtypes = tuple(d.strip() for d in args.dtypes.split(",") if d.strip())
     if not dtypes:
         raise LabInputError(f"dtypes={args.dtypes!r} names no dtype; give one or more of: {', '.join(LAYER_DTYPES)}")
@@ -382,9 +381,6 @@ def _tp_inputs(args):
     batch = check_int("batch", args.batch, low=1)
     hidden = check_int("hidden", args.hidden, low=1)
     check_int("seed", args.seed, low=0, high=MAX_SEED)
-    from labutils.inputs import check_range
-    from labutils.launch import MAX_TIMEOUT_S
-
     check_range("timeout_s", args.timeout_s, low=0, low_open=True, high=MAX_TIMEOUT_S, high_open=True, unit="s")
     choice = resolve_backend(args.backend, args.device, nproc)
     weights, activations = tp_check_bytes(nproc, batch, hidden)

@@ -28,6 +28,7 @@ import pandas as pd
 from labutils.busbw import COLUMNS, DTYPE_ALIASES, DTYPES, OPS, bus_factor
 from labutils.inputs import LabInputError, check_choice, check_int
 from labutils.nccl_table import print_rows
+from labutils.nccl_world import MAX_RANKS, decide_world_size
 
 _PREFIX = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
 _NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
@@ -48,7 +49,6 @@ _INT = re.compile(r"^-?\d+$")
 # Every program of nccl-tests (what --op may name), and those whose busbw/algbw ratio gives N.
 PROGRAMS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv", "gather",
             "scatter", "hypercube")
-MAX_RANKS = 1 << 20  # far above any job; a larger count in a log is a corrupt line
 _TYPES = set(DTYPES) | set(DTYPE_ALIASES) | {"float", "half", "double", "int32", "uint32", "int64", "uint64",
                                              "int8", "uint8", "bfloat16", "f8e4m3", "f8e5m2"}
 _REDOPS = {"sum", "prod", "max", "min", "avg", "mulsum", "none", "all"}
@@ -237,81 +237,8 @@ def _log_meta(lines: list[str]) -> tuple[dict, dict]:
     return meta, evidence
 
 
-def _n_from_ratio(rows: list[dict], op: str) -> int | None:
-    """N from busbw = algbw * factor(N) on every row with a bandwidth: the one N whose factor
-    reproduces each printed busbw within its rounding (2 decimals, or 4 significant figures), else None."""
-    if op not in ("all_reduce", "all_gather", "reduce_scatter"):
-        return None
-    pairs = [(r["algbw_GBps"], r["busbw_GBps"]) for r in rows
-             if all(isinstance(v, (int, float)) and math.isfinite(v) for v in (r["algbw_GBps"], r["busbw_GBps"]))
-             and r["algbw_GBps"] > 0]
-    if not pairs:
-        return None
-    alg, bus = max(pairs)
-    ratio = bus / alg
-    top = 2.0 if op == "all_reduce" else 1.0
-    if not 0 <= ratio < top:
-        return None
-    guess = round(top / (top - ratio))
-    if not 1 <= guess <= MAX_RANKS:
-        return None
-
-    def slack(v):
-        return max(0.0051, 6e-4 * abs(v))
-
-    factor = bus_factor(op, guess)
-    fits = all(abs(a * factor - b) <= slack(b) + factor * slack(a) for a, b in pairs)
-    near = [n for n in (guess - 1, guess + 1) if n >= 1 and
-            all(abs(a * bus_factor(op, n) - b) <= slack(b) + bus_factor(op, n) * slack(a) for a, b in pairs)]
-    return guess if fits and not near else None
 
 
-def decide_world_size(evidence: dict, rows: list[dict], op: str, nranks: int | None = None) -> tuple[int | None, str]:
-    """(N, which source decided and which agree) from every source a log has; LabInputError when
-    two disagree.
-
-    Sources: `nranks` (the caller's override), NCCL INFO's `nranks` (exact), the header's nThread x
-    nGpus and the command line's -g (ranks per process: the world size for one process, a multiple
-    of it across processes), the busbw/algbw ratio (exact where it singles out one N) and the `# Rank`
-    lines (a lower bound: a log cut to its tail keeps only some; the world size only when nothing
-    else speaks).
-    """
-    exact: list[tuple[str, int]] = []
-    if nranks is not None:
-        exact.append(("--nranks", nranks))
-    exact += list(evidence.get("exact", {}).items())
-    per_process = evidence.get("per_process", {})
-    multi = evidence.get("processes", 0) > 1
-    if not multi:
-        exact += [(name, n) for name, n in per_process.items()]
-    ratio_n = _n_from_ratio(rows, op)
-    if ratio_n is not None:
-        exact.append(("busbw/algbw", ratio_n))
-    ranks = evidence.get("ranks", [])
-    at_least = max(len(ranks), ranks[-1] + 1) if ranks else 0
-
-    def says(name, n):
-        return f"{name} says {n}"
-
-    if exact:
-        name, world = exact[0]
-        clash = [(m, n) for m, n in exact[1:] if n != world]
-        if clash:
-            raise LabInputError(f"world size: the log disagrees with itself: {says(name, world)}, "
-                                + ", ".join(says(m, n) for m, n in clash)
-                                + "; give the true rank count with --nranks only if the log is yours and complete")
-        if world < at_least:
-            raise LabInputError(f"world size: {says(name, world)} but the log lists a # Rank line for rank "
-                                f"{ranks[-1]} ({at_least} ranks at least)")
-        bad = [(m, p) for m, p in per_process.items() if world % p]
-        if bad:
-            raise LabInputError(f"world size: {says(name, world)} but {bad[0][0]} ({bad[0][1]} ranks per process) "
-                                "does not divide it")
-        agree = [m for m, _ in exact[1:]] + (["# Rank lines"] if ranks else [])
-        return world, name + (f" (agrees: {', '.join(agree)})" if agree else "")
-    if ranks and ranks == list(range(len(ranks))):
-        return len(ranks), f"{len(ranks)} # Rank lines (nothing else in the log gives the rank count)"
-    return None, "unknown: no source in the log gives the rank count (give --nranks)"
 
 
 def _is_row_start(cells: list[str]) -> bool:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labutils.inputs import LabInputError
+from labutils.placement import check_local_ranks
 from labutils.results import REPO_ROOT, to_json, write_atomic
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -126,8 +127,6 @@ def _fits(value, default) -> bool:
 def check_params(params: dict, paths: list[Path]) -> None:
     """LabInputError unless every parameter is in some chosen notebook's parameters cell, with a
     value of its default's type; `nproc` is bounded by what this machine holds."""
-    from labutils.placement import check_local_ranks
-
     cells = {p.stem: notebook_parameters(p) for p in paths}
     for name, value in params.items():
         having = {stem: cell[name] for stem, cell in cells.items() if name in cell}

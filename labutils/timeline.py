@@ -43,7 +43,7 @@ from labutils.plots import new_figure
 from labutils.results import _reserve, results_dir, utc_stamp, write_atomic
 from labutils.split_timing import overlap_step
 from labutils.tensor_parallel import as_size, mlp_input, mlp_weights, shard, split_columns
-from labutils.timing import barrier, is_cuda, synchronize
+from labutils.timing import SectionTimer, barrier, is_cuda, synchronize
 
 STEP_MARK = "lab:step"
 KINDS = ("compute", "communication", "copy")  # drawn; everything else is "other"
@@ -123,8 +123,6 @@ def overlap_step_worker(ctx, size=(32, 256), chunks: int = 4, warmup: int = 2, s
                         activation: str = "relu") -> dict:
     """One step of notebook 07's chunked split layer (labutils.split_timing.overlap_step) recorded on
     this rank: chunk i's all-reduce is started asynchronously while chunk i+1 computes."""
-    from labutils.timing import SectionTimer
-
     size = as_size(size)
     part = shard(mlp_weights(size.hidden, size.ffn, seed, "float32", ctx.device), ctx.rank, ctx.world_size)
     x = mlp_input(size.batch, size.hidden, seed, "float32", ctx.device)

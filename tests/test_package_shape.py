@@ -103,14 +103,8 @@ def test_the_student_harness_is_short():
     assert len((PACKAGE / "harness.py").read_text().splitlines()) <= 150
 
 
-# Still over and waiting for their split (topology.py is being edited elsewhere; exercises.py holds
-# every grader): the test fails when one of them shrinks below the limit, so the list only shrinks.
-OVER_THE_LIMIT = {"topology.py", "exercises.py"}
-
-
 def test_no_module_is_over_about_450_lines():
-    """One concept per module, readable in one sitting: none over 460 lines but the listed few."""
+    """One concept per module, readable in one sitting: none over 460 lines."""
     sizes = {path.name: len(path.read_text().splitlines()) for path in PACKAGE.glob("*.py")}
     over = {name for name, n in sizes.items() if n > 460}
-    assert over <= OVER_THE_LIMIT, f"over 460 lines: {sorted(over - OVER_THE_LIMIT)}; split along a seam"
-    assert over == OVER_THE_LIMIT, f"now within the limit, take them off OVER_THE_LIMIT: {sorted(OVER_THE_LIMIT - over)}"
+    assert not over, f"over 460 lines: {sorted(over)}; split along a seam"
