@@ -12,16 +12,32 @@ from labutils.busbw import bus_factor
 from labutils.inputs import LabInputError
 
 MAX_RANKS = 1 << 20  # far above any job; a larger count in a log is a corrupt line
+RATIO_OPS = ("all_reduce", "all_gather", "reduce_scatter")  # ops whose busbw/algbw depends on N
+
+
+def _bandwidth_pairs(rows: list[dict]) -> list[tuple[float, float]]:
+    """(algbw, busbw) of every row that printed both as finite numbers, algbw > 0."""
+    return [(r["algbw_GBps"], r["busbw_GBps"]) for r in rows
+            if all(isinstance(v, (int, float)) and math.isfinite(v) for v in (r["algbw_GBps"], r["busbw_GBps"]))
+            and r["algbw_GBps"] > 0]
+
+
+def _fits(pairs: list[tuple[float, float]], op: str, n: int) -> bool:
+    """Whether busbw = algbw * factor(n) on every pair, within the columns' rounding (2 decimals,
+    or 4 significant figures)."""
+    def slack(v):
+        return max(0.0051, 6e-4 * abs(v))
+
+    factor = bus_factor(op, n)
+    return all(abs(a * factor - b) <= slack(b) + factor * slack(a) for a, b in pairs)
 
 
 def _n_from_ratio(rows: list[dict], op: str) -> int | None:
     """N from busbw = algbw * factor(N) on every row with a bandwidth: the one N whose factor
     reproduces each printed busbw within its rounding (2 decimals, or 4 significant figures), else None."""
-    if op not in ("all_reduce", "all_gather", "reduce_scatter"):
+    if op not in RATIO_OPS:
         return None
-    pairs = [(r["algbw_GBps"], r["busbw_GBps"]) for r in rows
-             if all(isinstance(v, (int, float)) and math.isfinite(v) for v in (r["algbw_GBps"], r["busbw_GBps"]))
-             and r["algbw_GBps"] > 0]
+    pairs = _bandwidth_pairs(rows)
     if not pairs:
         return None
     alg, bus = max(pairs)
@@ -32,15 +48,19 @@ def _n_from_ratio(rows: list[dict], op: str) -> int | None:
     guess = round(top / (top - ratio))
     if not 1 <= guess <= MAX_RANKS:
         return None
+    near = [n for n in (guess - 1, guess + 1) if n >= 1 and _fits(pairs, op, n)]
+    return guess if _fits(pairs, op, guess) and not near else None
 
-    def slack(v):
-        return max(0.0051, 6e-4 * abs(v))
 
-    factor = bus_factor(op, guess)
-    fits = all(abs(a * factor - b) <= slack(b) + factor * slack(a) for a, b in pairs)
-    near = [n for n in (guess - 1, guess + 1) if n >= 1 and
-            all(abs(a * bus_factor(op, n) - b) <= slack(b) + bus_factor(op, n) * slack(a) for a, b in pairs)]
-    return guess if fits and not near else None
+def _ranks_tell(ranks: list[int], rows: list[dict], op: str) -> bool:
+    """Whether the # Rank lines 0..k-1 can be the whole world: a log cut to its tail may keep only
+    the first ranks, so k counts only when the bandwidth columns fit k ranks and rule out k + 1."""
+    if not ranks or ranks != list(range(len(ranks))):
+        return False
+    pairs = _bandwidth_pairs(rows) if op in RATIO_OPS else []
+    if not pairs:
+        return True  # no numbers to hold them against
+    return _fits(pairs, op, len(ranks)) and not _fits(pairs, op, len(ranks) + 1)
 
 
 def decide_world_size(evidence: dict, rows: list[dict], op: str, nranks: int | None = None) -> tuple[int | None, str]:
@@ -86,6 +106,6 @@ def decide_world_size(evidence: dict, rows: list[dict], op: str, nranks: int | N
                                 "does not divide it")
         agree = [m for m, _ in exact[1:]] + (["# Rank lines"] if ranks else [])
         return world, name + (f" (agrees: {', '.join(agree)})" if agree else "")
-    if ranks and ranks == list(range(len(ranks))):
+    if _ranks_tell(ranks, rows, op):
         return len(ranks), f"{len(ranks)} # Rank lines (nothing else in the log gives the rank count)"
     return None, "unknown: no source in the log gives the rank count (give --nranks)"

@@ -50,6 +50,14 @@ def test_a_log_cut_to_its_tail_keeps_its_world_size():
     assert parse_text(nccl_log(8, ranks=[], header=False), nranks=8).meta["world_size"] == 8
 
 
+def test_rank_lines_from_0_are_not_the_world_when_the_numbers_say_more():
+    """A headless log cut to rank 0's line: busbw/algbw says many ranks, so the answer is unknown,
+    never 1 (hypothesis found n = 30); a complete headless log keeps its count."""
+    cut = parse_text(nccl_log(30, ranks=[0], header=False))
+    assert cut.meta["world_size"] is None and "--nranks" in cut.meta["world_size_source"]
+    assert parse_text(nccl_log(2, ranks=[0, 1], header=False)).meta["world_size"] == 2
+
+
 def test_sources_that_disagree_are_refused_and_nranks_must_agree():
     with pytest.raises(LabInputError, match="disagrees"):
         parse_text(nccl_log(8).replace("nGpus 8", "nGpus 2"))
