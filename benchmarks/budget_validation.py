@@ -13,8 +13,9 @@ after warm-up, two 2-rank gloo jobs on the CPU:
    takes eta from this run's own compute (validation_table), so it predicts only S and l + V/B.
 Prints both views per size, the median |predicted - measured| / measured of T2 of each, the
 break-even sizes (measured, a priori, after the fact), and PASS/FAIL of the after-the-fact view
-against the target (20%); the a-priori error is reported beside it, with no target. Timings on a busy machine are noisy; the figure is what this
-machine gave this time, and the load average printed with it says how busy the machine was
+against the target (20%); the a-priori error is reported beside it, with no target. Timings on a
+busy machine are noisy; the figure is what this machine gave this time, and the load average
+printed with it says how busy the machine was
 (other processes delay the all-reduce that follows each half's compute, which the budget's
 "no competitors" assumption leaves out).
 """

@@ -329,7 +329,8 @@ def step_copies(args) -> dict:
         print(f"{line}; the wire's rate is unknown: {source}")
     return {"status": "PASS" if agree else "FAIL",
             "detail": f"H2D {h2d.GBps:.1f} GB/s" + (f" = {h2d.GBps / wire:.0%} of gen {gen} x{width}" if wire
-                                                    else ", wire rate unknown") + ("" if agree else "; timers disagree"),
+                                                    else ", wire rate unknown")
+                      + ("" if agree else "; timers disagree"),
             "h2d_GBps": h2d.GBps, "d2h_GBps": d2h.GBps, "wire_GBps": wire,
             "h2d_fraction": h2d.GBps / wire if wire else None}
 
@@ -445,7 +446,8 @@ def evaluate_targets(facts: dict) -> list[Target]:
     summary = facts.get("summary")
     machine = f"this machine: {facts.get('cpu_cores', '?')} cores, {facts.get('gpu_count', '?')} GPU(s)"
     if summary is None:
-        out.append(Target(f"full run under {RUN_TARGET_S:.0f} s (16 cores, 1 GPU)", "NOT MEASURED", "step 5 did not run"))
+        out.append(Target(f"full run under {RUN_TARGET_S:.0f} s (16 cores, 1 GPU)", "NOT MEASURED",
+                          "step 5 did not run"))
         out.append(Target(f"no notebook over {NOTEBOOK_TARGET_S:.0f} s", "NOT MEASURED", "step 5 did not run"))
     else:
         mode = " (quick mode: the target is for full mode)" if facts.get("quick") else ""
@@ -510,7 +512,8 @@ class _Parser(argparse.ArgumentParser):
 def parse_args(argv=None):
     p = _Parser(prog="benchmarks/gpu_check.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
-                   help="cuda: the GPU checks; cpu: the same steps on CPU tensors (gloo); auto: cuda when a GPU is seen")
+                   help="cuda: the GPU checks; cpu: the same steps on CPU tensors (gloo); "
+                        "auto: cuda when a GPU is seen")
     p.add_argument("--steps", default="1,2,3,4,5", help="which steps, e.g. 3,4 (default: all five)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the missing packages; run nothing")
     p.add_argument("--quick", action="store_true", help="small sizes and quick-mode notebooks (to try the script)")

@@ -31,7 +31,8 @@ RATIO_FROM_BYTES = 1 << 20
 
 
 def overhead_worker(ctx, sizes, budget_ms=100.0, rounds=3, warmup=5) -> list[dict]:
-    """Run in every rank (spawned from this script, which is importable as `__mp_main__`): the harness's `measure` against a bare `dist.all_reduce` loop, per size.
+    """Run in every rank (spawned from this script, which is importable as `__mp_main__`): the
+    harness's `measure` against a bare `dist.all_reduce` loop, per size.
 
     Both run `rounds` times, alternating which goes first, with the same iteration count; each
     keeps its fastest round (as timeit does: noise from other work only ever adds time, so the

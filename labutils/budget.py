@@ -22,13 +22,15 @@ A ring all-reduce is 2(N−1) steps; ℓ is the startup of one exchange on two d
 split pays when C·(1 − 1/(Nη)) > H_N; bf16 or fp16 on the wire halves V_w. The two-device
 functions are the article's formulas as printed and stay as they are.
 
-The break-even as a hardware ratio (labutils.hardware_ratio): with the startups left out, splitting pays when the work per byte on the wire, F/V_w (FLOP/byte), exceeds
-Q·2(N−1)/N / (1 − 1/(Nη)) times the ratio R/B of the compute rate to the link bandwidth. For the
-lab's MLP block (F = 4·batch·hidden·ffn, V = batch·hidden values) that is a critical hidden size.
+The break-even as a hardware ratio (labutils.hardware_ratio): with the startups left out, splitting
+pays when the work per byte on the wire, F/V_w (FLOP/byte), exceeds Q·2(N−1)/N / (1 − 1/(Nη))
+times the ratio R/B of the compute rate to the link bandwidth. For the lab's MLP block
+(F = 4·batch·hidden·ffn, V = batch·hidden values) that is a critical hidden size.
 
 A pure model (notebook 06, the budget dashboard): no launcher, no files; the worked cases and the
-`interconnect-lab budget` command are labutils.budget_cli. This is a model with stated assumptions (equal exchanges, no overlap, no competing traffic,
-no queue); its numbers are arithmetic, not measurements.
+`interconnect-lab budget` command are labutils.budget_cli. This is a model with stated
+assumptions (equal exchanges, no overlap, no competing traffic, no queue); its numbers are
+arithmetic, not measurements.
 """
 
 from __future__ import annotations
@@ -136,7 +138,8 @@ def t_two_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
     """Two devices, no overlap: T2 = S + C/(2η) + Q·(ℓ + V/B) (ms)."""
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
                  volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    return float_or_array(as_float_array(S_ms) + as_float_array(C_ms) / (2 * as_float_array(eta)) + _comm(Q, latency_ms, volume_bytes, bandwidth_GBps))
+    return float_or_array(as_float_array(S_ms) + as_float_array(C_ms) / (2 * as_float_array(eta))
+                          + _comm(Q, latency_ms, volume_bytes, bandwidth_GBps))
 
 
 @_quiet
@@ -338,7 +341,8 @@ def t_n_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wi
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes,
                  bandwidth_GBps=bandwidth_GBps)
     n, scale = _n_inputs(N, wire_dtype)
-    return float_or_array(as_float_array(S_ms) + as_float_array(C_ms) / (n * as_float_array(eta)) + _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale))
+    return float_or_array(as_float_array(S_ms) + as_float_array(C_ms) / (n * as_float_array(eta))
+                          + _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale))
 
 
 @_quiet

@@ -153,7 +153,8 @@ def _cli(args) -> int:
 
 
 def add_cli(sub) -> None:
-    """`python -m labutils budget [--S-ms ...] [--N 4] [--wire-dtype bf16] [--json]` (defaults: the article's base case)."""
+    """`python -m labutils budget [--S-ms ...] [--N 4] [--wire-dtype bf16] [--json]`
+    (defaults: the article's base case)."""
     parser = sub.add_parser("budget", help="the time budget: T1, T2 (or T_N), speedup, break-even",
                             description="Evaluate the time budget of splitting work over two (or N) devices. "
                                         "Defaults are the article's base case; a 'never' is printed as never "

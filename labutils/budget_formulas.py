@@ -16,7 +16,8 @@ from labutils.inputs import LabInputError
 
 
 def _comm(Q, latency_ms, volume_bytes, bandwidth_GBps):
-    return as_float_array(Q) * (as_float_array(latency_ms) + as_float_array(volume_bytes) / (as_float_array(bandwidth_GBps) * 1e6))
+    return as_float_array(Q) * (as_float_array(latency_ms)
+                                + as_float_array(volume_bytes) / (as_float_array(bandwidth_GBps) * 1e6))
 
 
 def _saved_fraction(eta):
@@ -76,7 +77,9 @@ def _n_inputs(N, wire_dtype) -> tuple[float, float]:
 
 def _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n: float, scale: float):
     factor = 2.0 * (n - 1.0) / n
-    return as_float_array(Q) * ((n - 1.0) * as_float_array(latency_ms) + factor * (as_float_array(volume_bytes) * scale) / (as_float_array(bandwidth_GBps) * 1e6))
+    return as_float_array(Q) * ((n - 1.0) * as_float_array(latency_ms)
+                                + factor * (as_float_array(volume_bytes) * scale)
+                                / (as_float_array(bandwidth_GBps) * 1e6))
 
 
 def saved_fraction_n(eta, n: float):

@@ -43,7 +43,8 @@ def _notes(C, eta, Q, latency, H, min_b, min_e, N: int = 2) -> dict:
 
     N = 2 is the article's wording; other N name the ring's (N−1)·ℓ startups and C/(Nη).
     """
-    C, eta, Q, latency, H, min_b, min_e = np.broadcast_arrays(*map(as_float_array, (C, eta, Q, latency, H, min_b, min_e)))
+    C, eta, Q, latency, H, min_b, min_e = np.broadcast_arrays(*map(as_float_array,
+                                                                   (C, eta, Q, latency, H, min_b, min_e)))
     total = C.size
     saved = 1.0 - 1.0 / (float(N) * eta)
     saving, startup = C * saved, Q * ((N - 1.0) * latency)

@@ -10,7 +10,8 @@ import shutil
 import subprocess
 
 
-def tool_output(argv: list[str], missing: str, timeout_s: float = 15.0, shown: str | None = None) -> tuple[str | None, str]:
+def tool_output(argv: list[str], missing: str, timeout_s: float = 15.0,
+                shown: str | None = None) -> tuple[str | None, str]:
     """(standard output of `argv`, "") or (None, why not): `missing` when argv[0] is not on PATH;
     "<shown> did not answer within T s" past `timeout_s`; "<shown> failed (status): <stderr>" when it
     exits non-zero or prints nothing. `shown` names the command in those lines (default: argv)."""

@@ -246,10 +246,12 @@ def min_busbw_for_efficiency(gradient_bytes, compute_ms, world_size, efficiency=
 def max_hidden_gradient_bytes(backward_ms, busbw_GBps, world_size, alpha_us=0.0, buckets=1):
     """The largest gradient whose all-reduce fits behind the backward pass (ideal overlap), bytes.
 
-    comm = buckets alpha + 2(N-1)/N V / (B 1e6) <= backward  =>  V <= (backward - buckets alpha / 1e3) B 1e6 / (2(N-1)/N).
+    comm = buckets alpha + 2(N-1)/N V / (B 1e6) <= backward
+    =>  V <= (backward - buckets alpha / 1e3) B 1e6 / (2(N-1)/N).
     Unlimited (inf) for N = 1; 0 when the latencies alone outlast backward.
     """
-    room_ms = np.maximum(0.0, np.asarray(backward_ms, float) - np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3)
+    room_ms = np.maximum(0.0, np.asarray(backward_ms, float)
+                         - np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3)
     factor = bus_factor("all_reduce", world_size)
     out = safe_divide(room_ms * np.asarray(busbw_GBps, float) * 1e6, factor)
     return float(out) if out.ndim == 0 else out

@@ -89,7 +89,8 @@ def parse_facts(doc, source: str = "facts") -> MachineFacts:
             raise LabInputError(f"facts={source!r}: an object needs a 'gpus' list (or give the list itself)")
         matrix, doc = doc.get("p2p"), doc["gpus"]
     if not isinstance(doc, list) or not doc:
-        raise LabInputError(f"facts={source!r} must be a non-empty list of per-GPU objects with keys {', '.join(FACT_KEYS)}")
+        raise LabInputError(f"facts={source!r} must be a non-empty list of per-GPU objects "
+                            f"with keys {', '.join(FACT_KEYS)}")
     n, gpus, rows, bus_ids = len(doc), {}, {}, {}
     for pos, entry in enumerate(doc):
         where = f"facts={source!r}, entry {pos}"

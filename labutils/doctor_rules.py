@@ -276,7 +276,8 @@ def _acs_cause(c: RuleInputs) -> Cause | None:
                  f"or refused.{switch}",
                  "On bare metal turn ACS off: the BIOS setting (often 'ACS' or 'PCIe ACS Control'), or per bridge as "
                  "root `setpci -s BDF ECAP_ACS+0x6.w=0000` (NCCL's troubleshooting guide); in a VM ACS serves "
-                 "passthrough, so ask the provider. Afterwards `lspci -vvv | grep ACSCtl` should show only minus signs.")
+                 "passthrough, so ask the provider. Afterwards `lspci -vvv | grep ACSCtl` should show only "
+                 "minus signs.")
 
 
 def _switch_groups(c: RuleInputs) -> list[tuple[tuple[int, ...], str, LinkFigure | None]]:
@@ -305,7 +306,8 @@ def _switch_groups(c: RuleInputs) -> list[tuple[tuple[int, ...], str, LinkFigure
     clusters = {}
     for i in c.group:
         clusters.setdefault(root(i), []).append(i)
-    return [(tuple(v), "PIX/PXB between them in the matrix: one switch tree", None) for v in clusters.values() if len(v) >= 2]
+    return [(tuple(v), "PIX/PXB between them in the matrix: one switch tree", None)
+            for v in clusters.values() if len(v) >= 2]
 
 
 def _uplink_cause(c: RuleInputs, s: _Staging) -> Cause | None:

@@ -197,7 +197,8 @@ def grade(answer, right: float, slips, unit: str, how: str, *, rel_tol: float = 
         same = [t for v, t in slips if rounds_to(value, v)]
         note = (f" At the figures you gave, this slip rounds the same, so check you avoided it: {same[0]}"
                 if same else "")
-        return f"Right: {fmt(right, digits)}{_in(unit)[3:] and ' ' + unit} (you wrote {value:g}). {right_text}{note}".strip()
+        return (f"Right: {fmt(right, digits)}{_in(unit)[3:] and ' ' + unit} (you wrote {value:g}). "
+                f"{right_text}{note}").strip()
     candidates = [(right, None)] + slips
     unit_ones = unit_slips(right, unit) if units else []
     match = nearest(value, candidates + unit_ones, rel_tol)

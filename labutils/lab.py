@@ -173,7 +173,8 @@ def banner(info: ServerInfo, user: str, asked_port: int) -> list[str]:
         lines.append(f"lab: port {asked_port} was in use, so JupyterLab took port {info.port}.")
     if not info.token:
         lines.append("lab: warning: this server asks for no token (a Jupyter config file turned it off); "
-                     + ("it asks for that file's password." if info.password else "anyone who reaches it can run code."))
+                     + ("it asks for that file's password." if info.password
+                        else "anyone who reaches it can run code."))
     lines += ["lab: on a remote machine, run this on your laptop (HOST: this machine's address):",
               f"         {tunnel_command(user, url_host(info.host), info.port)}",
               f"     then open  {info.lab_url(LAPTOP_PORT)}",

@@ -67,8 +67,8 @@ class LinkFigure:
 def link_figures(path_class: str | None = None) -> list[LinkFigure]:
     """Rows of the table as LinkFigure, optionally only one `path_class`."""
     rows = _table() if path_class is None else _table()[_table().path_class == path_class]
-    return [LinkFigure(**{k: r[k] for k in ("name", "path_class", "low_GBps", "high_GBps", "kind", "source", "low_kind")})
-            for r in rows.to_dict("records")]
+    keys = ("name", "path_class", "low_GBps", "high_GBps", "kind", "source", "low_kind")
+    return [LinkFigure(**{k: r[k] for k in keys}) for r in rows.to_dict("records")]
 
 
 def link_figure(name: str) -> LinkFigure:

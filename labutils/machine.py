@@ -112,8 +112,8 @@ class Route:
     `backend`/`device` carry the collectives ("" and "cpu" for notebooks that start no ranks),
     `nproc` ranks (0: none), `ranks_per_gpu` of them on the busiest GPU (0 on the CPU), `beside`
     the (backend, device) sweeps drawn next to the main one, `copy_ceiling` whether the pinned
-    host<->GPU copy is drawn as the wire's ceiling (gloo on CUDA crosses it twice per hop); `measures`, `emulates` and `cannot_show`
-    say it in words.
+    host<->GPU copy is drawn as the wire's ceiling (gloo on CUDA crosses it twice per hop);
+    `measures`, `emulates` and `cannot_show` say it in words.
     """
 
     notebook: str
@@ -174,7 +174,8 @@ def route(notebook: str, gpu_count: int, backend: str = "auto", device: str = "a
     column = "cpu" if choice.device == "cpu" else "multi-gpu" if choice.backend == "nccl" else "one-gpu"
     beside: tuple[tuple[str, str], ...] = ()
     if notebook == "02_allreduce_sweep":
-        beside = (("gloo", "cuda"),) if choice.backend == "nccl" else (("gloo", "cpu"),) if choice.device == "cuda" else ()
+        beside = ((("gloo", "cuda"),) if choice.backend == "nccl"
+                  else (("gloo", "cpu"),) if choice.device == "cuda" else ())
     emulates, cannot = _MEANING[(choice.backend, choice.device, shared > 1)]
     return Route(notebook, case, gpu_count, choice.backend, choice.device, int(nproc), shared, beside,
                  notebook == "02_allreduce_sweep" and choice.device == "cuda" and choice.backend == "gloo",
@@ -276,7 +277,8 @@ def format_report(r: MachineReport) -> str:
     numa = "; ".join(f"node {n.node}: CPUs {n.cpulist}" for n in r.numa_nodes) or "none found"
     lines = [
         f"Python {r.python}; torch {r.torch_version} ({r.torch_build} build)",
-        f"CUDA available: {yes(r.cuda_available)}; GPUs: {r.gpu_count}" + (f" ({', '.join(r.gpu_names)})" if r.gpu_names else ""),
+        f"CUDA available: {yes(r.cuda_available)}; GPUs: {r.gpu_count}"
+        + (f" ({', '.join(r.gpu_names)})" if r.gpu_names else ""),
         f"NCCL: {r.nccl_version or 'not available (needs a CUDA build and a GPU)'}",
         f"gloo: {'available' if r.gloo_available else 'missing'}; {r.gloo_detail}",
         f"nvidia-smi: {r.nvidia_smi or 'not found'}",

@@ -358,7 +358,7 @@ def backward_report(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-# --- the command line: tp-check runs the forward check (tensor_parallel) and the backward one (here) ------------------------------------------------------------------------------
+# --- the command line: tp-check runs the forward check (tensor_parallel) and the backward one (here) ------
 
 MAX_SEED = 2**63 - 1
 

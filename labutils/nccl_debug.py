@@ -192,8 +192,8 @@ def parse_connections(text) -> list[Connection]:
         sides = entry["sides"]
         logged = "+".join(s for s in ("send", "receive") if s in sides) or ""
         src_at, dst_at = min(entry["at"], key=lambda pair: tuple(v or "" for v in pair))
-        rows.append(Connection(channel, conn, src, dst, _in_ring(rings.get(channel), src, dst), src_at, dst_at, bracket_kind(src_at, dst_at), transport,
-                               transport_family(transport), logged, receive))
+        rows.append(Connection(channel, conn, src, dst, _in_ring(rings.get(channel), src, dst), src_at, dst_at,
+                               bracket_kind(src_at, dst_at), transport, transport_family(transport), logged, receive))
     return sorted(rows, key=lambda c: (c.channel, -1 if c.conn is None else c.conn, c.src_rank, c.dst_rank))
 
 
@@ -347,7 +347,8 @@ def format_rows(rows: list[Connection]) -> str:
                      f"{row.meaning}")
     kind = rows[0].at
     if kind:
-        lines.append(f"(brackets after the ranks hold {'device numbers' if kind == 'device' else 'PCI bus ids (older NCCL)'})")
+        held = "device numbers" if kind == "device" else "PCI bus ids (older NCCL)"
+        lines.append(f"(brackets after the ranks hold {held})")
     return "\n".join(lines)
 
 
@@ -360,7 +361,8 @@ def _cli(args) -> int:
 
 def add_cli(sub) -> None:
     """`python -m labutils nccl-transports LOG [--json]`."""
-    p = sub.add_parser("nccl-transports", help="which transport each NCCL connection used (from NCCL_DEBUG=INFO output)",
+    p = sub.add_parser("nccl-transports",
+                       help="which transport each NCCL connection used (from NCCL_DEBUG=INFO output)",
                        description="Read NCCL_DEBUG=INFO output and print one row per connection: channel, "
                                    "source and destination rank, and the transport exactly as NCCL printed it.")
     p.add_argument("log", help="a file holding NCCL_DEBUG=INFO output (any launcher prefixes are fine)")

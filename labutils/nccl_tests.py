@@ -348,7 +348,8 @@ def _parse_json(doc: dict, op: str | None, nranks: int | None) -> NcclTestsLog:
                          "busbw_GBps": _json_float(part.get("bus_bw")), "wrong": _json_float(part.get("nwrong")),
                          "max_error": math.nan, "in_place": half == 1})
     avg = (doc.get("average_bus_bandwidth") or {}).get("bandwidth")
-    meta = {"program": program, "devices": [d.get("device_info", "") if isinstance(d, dict) else str(d) for d in devices],
+    meta = {"program": program,
+            "devices": [d.get("device_info", "") if isinstance(d, dict) else str(d) for d in devices],
             "nccl_version": doc.get("nccl_version"), "avg_busbw_GBps": _json_float(avg),
             "avg_busbw_text": None if avg is None else str(avg),
             "out_of_bounds": (doc.get("out_of_bounds") or {}).get("count"), "format": "json"}

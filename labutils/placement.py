@@ -22,9 +22,10 @@ process group is up). The rules, in order:
    (89 GFLOP/s): under a millisecond on 8 cores even at perfect scaling, where fork/join and
    memory traffic weigh as much as the arithmetic. 8 is also one L3 slice (core complex) of
    current AMD EPYC parts, so a rank's threads share one cache. Beyond that extra threads add
-   jitter rather than speed, so a 96-core machine still runs 2 ranks of 8 threads. Asking for a count (`threads_per_rank`, or
-   `LAB_THREADS_PER_RANK` for the launcher) replaces the default and the cap; it is used when
-   it fits (the headroom gives way first), else the most that fits, and the explanation says so.
+   jitter rather than speed, so a 96-core machine still runs 2 ranks of 8 threads. Asking for a
+   count (`threads_per_rank`, or `LAB_THREADS_PER_RANK` for the launcher) replaces the default
+   and the cap; it is used when it fits (the headroom gives way first), else the most that fits,
+   and the explanation says so.
 6. **NUMA, packed:** ranks in order take their cores from the lowest NUMA node that still has
    enough free cores; a rank spans two nodes only when no node has room. Packed, not
    round-robin: in this lab the ranks' link is host memory (gloo over loopback and shared

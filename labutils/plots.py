@@ -150,8 +150,8 @@ def sweep_fit(table, fit, ax=None, title: str = "All-reduce time: measured and t
         _, ax = new_figure(1, 2, figsize=(11, 4.2))
     left, right = ax
     held = table["held_out"] if "held_out" in table else np.zeros(len(table), dtype=bool)
-    left.plot(table["size_bytes"], table["predicted_us"], color=PALETTE[1], label=f"model: \u03b1={fit.alpha_us:.3g} \u00b5s, "
-              f"busbw={fit.busbw_GBps:.3g} GB/s")
+    left.plot(table["size_bytes"], table["predicted_us"], color=PALETTE[1],
+              label=f"model: \u03b1={fit.alpha_us:.3g} \u00b5s, busbw={fit.busbw_GBps:.3g} GB/s")
     left.scatter(table["size_bytes"][~held], table["measured_us"][~held], color=PALETTE[0], s=18, label="fitted sizes")
     left.scatter(table["size_bytes"][held], table["measured_us"][held], facecolors="none", edgecolors=PALETTE[3],
                  s=30, label="held-out sizes")

@@ -284,7 +284,8 @@ def _figure_text(fig) -> str:
     value = fig.get("value")
     if isinstance(value, float):
         value = f"{value:.4g}"
-    return f"{html.escape(str(fig.get('label', '')))}: <b>{html.escape(str(value))}</b> {html.escape(fig.get('unit', ''))}"
+    return (f"{html.escape(str(fig.get('label', '')))}: <b>{html.escape(str(value))}</b> "
+            f"{html.escape(fig.get('unit', ''))}")
 
 
 def write_index(outcomes: list[NotebookOutcome], out_dir: Path, quick: bool, stopped: str | None = None) -> Path:
@@ -297,7 +298,8 @@ def write_index(outcomes: list[NotebookOutcome], out_dir: Path, quick: bool, sto
             status = (f"FAILED in cell {o.failed_cell} <code>{html.escape(o.failed_source)}</code>: "
                       f"{html.escape(o.error[:300])}")
         else:
-            status = f"FAILED while {html.escape(STAGES.get(o.failed_stage, o.failed_stage))}: {html.escape(o.error[:300])}"
+            status = (f"FAILED while {html.escape(STAGES.get(o.failed_stage, o.failed_stage))}: "
+                      f"{html.escape(o.error[:300])}")
         figs = "<br>".join(_figure_text(f) for f in o.figures.values()) or "&mdash;"
         imgs = "".join(f'<a href="{p}"><img src="{p}" alt="plot of {o.name}"></a>' for p in o.plots)
         page_link = f'<a href="{o.html_path.name}">{o.name}</a>' if o.html_path.exists() else o.name
@@ -306,12 +308,13 @@ def write_index(outcomes: list[NotebookOutcome], out_dir: Path, quick: bool, sto
                     f"<td>{o.seconds:.1f} s</td><td>{figs}</td><td class=plots>{imgs}</td></tr>")
     mode = "quick mode" if quick else "full mode"
     halted = f" <b>The run stopped early: {html.escape(stopped)}.</b>" if stopped else ""
+    when = time.strftime("%Y-%m-%d %H:%M")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Interconnect Lab results</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #999;
 padding:6px;vertical-align:top}}tr.fail{{background:#fdd}}tr.ok td:nth-child(2){{color:#060}}
 .plots img{{height:120px;margin:2px}}</style></head><body>
 <h1>Interconnect Lab: executed notebooks</h1>
-<p>{len(outcomes)} notebook(s), {sum(o.ok for o in outcomes)} succeeded, {mode}, {time.strftime('%Y-%m-%d %H:%M')}.{halted}</p>
+<p>{len(outcomes)} notebook(s), {sum(o.ok for o in outcomes)} succeeded, {mode}, {when}.{halted}</p>
 <table><tr><th>notebook</th><th>status</th><th>time</th><th>key figures</th><th>plots</th></tr>
 {''.join(rows)}</table></body></html>
 """

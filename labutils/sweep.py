@@ -1,8 +1,9 @@
 """A sweep over message sizes, as nccl-tests runs one (notebook 02, `interconnect-lab sweep`).
 
 The arithmetic (algbw, busbw, the bus factor) is labutils.busbw; what runs in each rank is
-labutils.harness (timing) and labutils.buffers (the correctness check). The sweep (`run_sweep`) runs `sweep_worker` in every rank. Per size: warm-up calls (never
-timed), a short probe from which rank 0 picks the iteration count that fills a time budget
+labutils.harness (timing) and labutils.buffers (the correctness check). The sweep (`run_sweep`)
+runs `sweep_worker` in every rank. Per size: warm-up calls (never timed), a short probe from
+which rank 0 picks the iteration count that fills a time budget
 and broadcasts it (every rank must make the same calls), the timed loop (CUDA events on GPU,
 barrier + perf_counter on CPU, see labutils.timing), the mean time over ranks and the slowest
 rank, and then a correctness check on freshly filled buffers: every element of the result is
@@ -171,7 +172,8 @@ def check_sizes_hold_elements(op: str, sizes: list[int], dtype: str, world: int)
     would be measured there): all_gather and reduce_scatter need world x element bytes."""
     if layout(op, sizes[0], dtype, world) is None:
         need = element_bytes(dtype) * (world if op in ("all_gather", "reduce_scatter") else 1)
-        raise LabInputError(f"min_bytes={sizes[0]} holds no {dtype} element{' per rank' if need > element_bytes(dtype) else ''} "
+        per_rank = " per rank" if need > element_bytes(dtype) else ""
+        raise LabInputError(f"min_bytes={sizes[0]} holds no {dtype} element{per_rank} "
                             f"for {op} on {world} rank(s); the allowed range is [{need}, max_bytes] bytes")
 
 

@@ -225,7 +225,8 @@ def describe(topo: Topology, pcie_gen: int = DEFAULT_PCIE_GEN) -> str:
     lines += ["", f"Each pair (expected GB/s per direction, assuming PCIe {pcie_gen}.0 x16 where PCIe is used, and "
                   "NCCL's default: peer-to-peer up to PXB, through host memory beyond):"]
     for p in pair_paths(topo, pcie_gen):
-        lines.append(f"  {p.a}-{p.b}  {p.code:5} {p.path_class:36} {p.low_GBps:>7g} - {p.high_GBps:<7g} ({p.reference})")
+        lines.append(f"  {p.a}-{p.b}  {p.code:5} {p.path_class:36} "
+                     f"{p.low_GBps:>7g} - {p.high_GBps:<7g} ({p.reference})")
     if len(topo.gpus) >= 2:
         lines += ["", "For a 2-GPU job: " + choose_pair(topo, pcie_gen=pcie_gen).reason]
     return "\n".join(lines)
@@ -251,7 +252,8 @@ def _cli(args) -> int:
         if topo is None:
             print(f"No live topology: {why}.")
             print(f"Nothing is wrong with this machine; study a sample instead, e.g. "
-                  f"`python -m labutils topo --file two_gpu_sys`. Samples in {SAMPLES_DIR}: {', '.join(list_samples())}")
+                  "`python -m labutils topo --file two_gpu_sys`. "
+                  f"Samples in {SAMPLES_DIR}: {', '.join(list_samples())}")
             return 0
         gen = args.pcie_gen or pcie_gen_of(nvml_facts()[0])
     print(json.dumps(summary(topo, gen), indent=2) if args.json else describe(topo, gen))

@@ -143,7 +143,8 @@ def parse_topology(text: str, source: str = "text") -> Topology:
                                                   "(expected X, NV#, PIX, PXB, PHB, NODE or SYS)")
             if code.startswith("NV") and not 1 <= int(code[2:]) <= MAX_NVLINKS:
                 raise TopologyParseError(line_no, f"link code {code!r} in row {name}, column {col} names "
-                                                  f"{int(code[2:])} NVLinks; the allowed range is NV1 to NV{MAX_NVLINKS}")
+                                                  f"{int(code[2:])} NVLinks; "
+                                                  f"the allowed range is NV1 to NV{MAX_NVLINKS}")
         if len(rest) > len(attrs):
             raise TopologyParseError(line_no, f"row {name} has {len(rest)} cell(s) after the link columns "
                                               f"but the header names {len(attrs)}: {list(attrs)}")

@@ -4,9 +4,10 @@ The time-budget dashboard (`budget_dashboard`) moves seven sliders, two toggles 
 devices N and the dtype on the wire) and a preset menu; each move recomputes
 `labutils.budget.evaluate_n` (the article's two-device model at N = 2, fp32), updates one
 matplotlib figure in place (the same artists, new data) and renders it to PNG into an
-`ipywidgets.Image`, so it works in a plain JupyterLab (no ipympl) and never flickers. The readout is an `ipywidgets.HTML` whose numbers sit in
-elements with `data-key` / `data-value` attributes, for tests and browsers to read. An error
-inside a callback is shown in the readout (class `lab-error`), never swallowed.
+`ipywidgets.Image`, so it works in a plain JupyterLab (no ipympl) and never flickers. The readout
+is an `ipywidgets.HTML` whose numbers sit in elements with `data-key` / `data-value` attributes,
+for tests and browsers to read. An error inside a callback is shown in the readout (class
+`lab-error`), never swallowed.
 
 The data-parallel scaling dashboard (`ddp_scaling_dashboard`, notebook 08) follows the same
 pattern, `labutils.dashboard.Dashboard`: controls -> pure compute -> readout and figure in place.
@@ -145,13 +146,15 @@ def _number_text(value: float, unit: str) -> str:
     return f"{value:.4g} {unit}".strip()
 
 
-def budget_readout_html(values: dict, budget, verdict: str, preset: Preset | None = None, settings: dict | None = None) -> str:
+def budget_readout_html(values: dict, budget, verdict: str, preset: Preset | None = None,
+                        settings: dict | None = None) -> str:
     """Stable HTML for the readout: `[data-key=speedup]` holds `data-value` (repr, or "inf");
     the inputs sit in `data-<input>` attributes, N and the wire dtype in `data-n`, `data-wire-dtype`."""
     settings = settings or {"N": 2, "wire_dtype": "fp32"}
     pays = "pays" if budget.t_two_ms < budget.t_one_ms else "even" if budget.t_two_ms == budget.t_one_ms else "loses"
     rows = "".join(
-        f'<tr><th style="text-align:left">{label}</th><td class="lab-value" data-key="{key}" data-value="{getattr(budget, key)!r}">'
+        f'<tr><th style="text-align:left">{label}</th>'
+        f'<td class="lab-value" data-key="{key}" data-value="{getattr(budget, key)!r}">'
         f"{_number_text(getattr(budget, key), unit)}</td></tr>" for key, label, unit in _readout_labels(settings["N"]))
     notes = "".join(f'<li data-key="{html.escape(k)}">{html.escape(v)}</li>' for k, v in budget.notes.items())
     changed = preset is not None and {k: float(v) for k, v in preset.values.items()} != values
@@ -304,7 +307,8 @@ def ddp_scaling_dashboard(gradient_bytes: float = 200e6, busbw_GBps: float | Non
     source = link.name if link is not None else "the article's 22 GB/s link"
     busbw_GBps = busbw_GBps if busbw_GBps is not None else (link.busbw_GBps if link else ARTICLE_BUSBW_GBps)
     alpha_us = alpha_us if alpha_us is not None else (link.alpha_us if link else 0.0)
-    style = {"style": LABEL, "layout": w.Layout(width=WIDTH), "continuous_update": False}  # exact values, as the budget sliders
+    # continuous_update off: exact values, as the budget sliders
+    style = {"style": LABEL, "layout": w.Layout(width=WIDTH), "continuous_update": False}
     sliders = {
         "gradient_bytes": w.FloatLogSlider(value=gradient_bytes, base=10, min=5, max=10.5, step=0.01,
                                            description="gradient (bytes)", readout_format=".3g", **style),

@@ -112,7 +112,8 @@ def test_critical_intensity_and_hidden_size():
     assert h == pytest.approx(13000 / 0.375 * 2 / 16)
     assert hardware_ratio.critical_hidden(312.0, 24.0, wire_dtype="fp32") == pytest.approx(2 * h)
     assert math.isinf(hardware_ratio.critical_hidden(312.0, 24.0, eta=0.5))
-    assert hardware_ratio.critical_hidden(312.0, 24.0, N=4, eta=0.8) == pytest.approx(13000 * 1.5 / (1 - 1 / 3.2) * 2 / 16)
+    assert (hardware_ratio.critical_hidden(312.0, 24.0, N=4, eta=0.8)
+            == pytest.approx(13000 * 1.5 / (1 - 1 / 3.2) * 2 / 16))
 
 
 @settings(max_examples=200, deadline=None)

@@ -16,8 +16,9 @@ counts = st.integers(0, 64)
 volumes = st.floats(0.0, 1e10)
 bandwidths = st.floats(0.01, 1e4)
 
-inputs = st.fixed_dictionaries({"S_ms": times, "C_ms": times, "eta": etas, "Q": counts, "latency_ms": st.floats(0.0, 10.0),
-                                "volume_bytes": volumes, "bandwidth_GBps": bandwidths})
+inputs = st.fixed_dictionaries({"S_ms": times, "C_ms": times, "eta": etas, "Q": counts,
+                                "latency_ms": st.floats(0.0, 10.0), "volume_bytes": volumes,
+                                "bandwidth_GBps": bandwidths})
 SETTINGS = settings(max_examples=300, deadline=None)
 
 

@@ -151,7 +151,8 @@ def test_lspci_missing_hanging_failing_or_silent_is_one_line(monkeypatch, tmp_pa
     assert run_lspci() == (None, "lspci is not installed (package pciutils)")
     fake = tmp_path / "lspci"
     for body, timeout_s, want in (("exec /bin/sleep 5", 0.5, "lspci -vvv did not answer within 0.5 s"),
-                                  ("echo 'pcilib: no access' >&2; exit 3", 15.0, "lspci -vvv failed (3): pcilib: no access"),
+                                  ("echo 'pcilib: no access' >&2; exit 3", 15.0,
+                                   "lspci -vvv failed (3): pcilib: no access"),
                                   ("exit 0", 15.0, "lspci -vvv failed (0): ")):
         fake.write_text(f"#!/bin/sh\n{body}\n")
         fake.chmod(0o755)

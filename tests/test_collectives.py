@@ -26,7 +26,8 @@ from labutils.results import latest_result
 from labutils.sweep import WrongResultError, run_sweep, save_sweep
 
 
-@pytest.mark.parametrize("n, ar, ag", [(1, 0.0, 0.0), (2, 1.0, 0.5), (3, 4 / 3, 2 / 3), (4, 1.5, 0.75), (8, 1.75, 0.875)])
+@pytest.mark.parametrize("n, ar, ag", [(1, 0.0, 0.0), (2, 1.0, 0.5), (3, 4 / 3, 2 / 3), (4, 1.5, 0.75),
+                                       (8, 1.75, 0.875)])
 def test_bus_factors_are_nccl_tests(n, ar, ag):
     assert bus_factor("all_reduce", n) == pytest.approx(ar)
     assert bus_factor("all_gather", n) == pytest.approx(ag)

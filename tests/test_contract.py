@@ -38,9 +38,12 @@ def files(tmp_path):
         made[name].write_text(json.dumps(doc))
     made["json_cut"] = tmp_path / "cut.json"
     made["json_cut"].write_text('{"results": [{"size": 8,')
-    row = "     1048576        262144     float     sum      -1    66.87   15.68   15.68      0    67.84   15.46   15.46      0"
-    head = "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-    for name, bad in {"neg_size": ("1048576", "-1048576"), "neg_busbw": ("15.68   15.68      0    67", "15.68  -15.68      0    67"),
+    row = ("     1048576        262144     float     sum      -1    66.87   15.68   15.68      0"
+           "    67.84   15.46   15.46      0")
+    head = ("#       size         count      type   redop    root     time   algbw   busbw #wrong"
+            "     time   algbw   busbw #wrong\n")
+    for name, bad in {"neg_size": ("1048576", "-1048576"),
+                      "neg_busbw": ("15.68   15.68      0    67", "15.68  -15.68      0    67"),
                       "neg_wrong": ("15.68      0    67", "15.68     -3    67"), "inf_time": ("66.87", "1e999"),
                       "frac_size": ("1048576 ", "1048.5 ")}.items():
         made[name] = tmp_path / f"{name}.log"

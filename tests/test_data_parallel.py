@@ -187,8 +187,8 @@ def test_measured_steps_decompose_and_agree():
 @pytest.mark.distributed
 def test_rank_zero_sets_the_step_count():
     cfg = ddp_step.StepConfig(WIDTH, DEPTH, PER_RANK, "single", steps=2, warmup=1, min_time_s=0.05, max_steps=7)
-    steps = data_parallel.measure_ddp_steps([cfg, replace(cfg, steps=3, min_time_s=0.0)], 1, backend="gloo", device="cpu",
-                       timeout_s=60, progress=False, interleave=False)
+    steps = data_parallel.measure_ddp_steps([cfg, replace(cfg, steps=3, min_time_s=0.0)], 1, backend="gloo",
+                                            device="cpu", timeout_s=60, progress=False, interleave=False)
     counts = steps.groupby("run").size()
     assert 2 <= counts[0] <= 7 and counts[1] == 3
 

@@ -327,7 +327,8 @@ def test_a_peak_below_the_crossover_is_not_a_link_measurement():
     d = dr.doctor_case("messages_too_small")
     assert d.cause_ids[0] == "messages_too_small" and "crossover" in d.causes[0].evidence
     assert evidence.read_sweep(DOCTOR / "sweep_small_2x5090.csv").busbw_GBps == m.busbw_GBps
-    full = dr.diagnose(load_sample("two_gpu_sys"), facts=facts(2, gen=5, p2p=True), measurement=evidence.read_nccl_tests(SAMPLE_LOG))
+    full = dr.diagnose(load_sample("two_gpu_sys"), facts=facts(2, gen=5, p2p=True),
+                       measurement=evidence.read_nccl_tests(SAMPLE_LOG))
     assert "messages_too_small" not in full.cause_ids
 
 
@@ -348,7 +349,8 @@ def test_a_switch_uplink_shared_by_staged_gpus():
     assert "GPU0, GPU1, GPU2, GPU3" in ev and "0000:01:00.0" in ev and f"{31.5 / 4:.3g} GB/s each" in ev
     assert d.cause_ids[:2] == ("no_p2p", "shared_pcie_switch_uplink")
     topo = read_topology_file(DOCTOR / "eight_gpu_4090_two_switches.txt")
-    matrix_only = dr.diagnose(topo, facts=evidence.read_facts(DOCTOR / "facts_8x4090_no_p2p.json"), measurement=busbw(5.6))
+    matrix_only = dr.diagnose(topo, facts=evidence.read_facts(DOCTOR / "facts_8x4090_no_p2p.json"),
+                              measurement=busbw(5.6))
     assert "assumed PCIe 4.0 x16" in matrix_only.cause("shared_pcie_switch_uplink").evidence
     with_p2p = dr.diagnose(topo, facts=facts(8, p2p=True), measurement=busbw(5.6))
     assert "shared_pcie_switch_uplink" not in with_p2p.cause_ids
@@ -358,7 +360,8 @@ def test_a_narrow_switch_uplink_caps_a_ring_that_leaves_the_switch():
     text = (DOCTOR / "lspci_8x4090_switches.txt").read_text()
     head, rest = text.split("0000:01:00.0 PCI bridge", 1)
     block, tail = rest.split("\n\n", 1)
-    block = block.replace("LnkSta:\tSpeed 16GT/s (ok), Width x16 (ok)", "LnkSta:\tSpeed 16GT/s (ok), Width x8 (downgraded)")
+    block = block.replace("LnkSta:\tSpeed 16GT/s (ok), Width x16 (ok)",
+                          "LnkSta:\tSpeed 16GT/s (ok), Width x8 (downgraded)")
     pci = pcie.parse_lspci(head + "0000:01:00.0 PCI bridge" + block + "\n\n" + tail)
     topo = read_topology_file(DOCTOR / "eight_gpu_4090_two_switches.txt")
     d = dr.diagnose(topo, facts=facts(8, p2p=True), pci=pci, measurement=busbw(14))

@@ -245,7 +245,8 @@ def test_planted_fault_nonsense_ceiling(ceiling):
 # --- notebook 05: the toy contribution ---------------------------------------------------------
 
 @pytest.mark.parametrize("answer, words", [([4, 12], "Right"), ((4.0, 12.0), "Right"), ([9, 2], "ReLU"),
-                                           ([-1, 2], "device 1"), ([3, 14], "whole output"), ([3, 14], "counted from 1"), ([6, 24], "wrong split"),
+                                           ([-1, 2], "device 1"), ([3, 14], "whole output"),
+                                           ([3, 14], "counted from 1"), ([6, 24], "wrong split"),
                                            ([0, 0], "Step by step")])
 def test_toy_contribution(answer, words):
     assert words in ex.check_toy_contribution(answer)
@@ -277,8 +278,8 @@ def test_prediction_without_a_measurement_and_the_ring_ratio():
 # --- one home --------------------------------------------------------------------------------------
 
 def test_every_grader_lives_in_exercises():
-    """No module of labutils but exercises.py and its parts (exercises_*.py) defines a grader: by name (GRADERS), or by shape (check_*
-    whose first parameter is a student's answer, guess or prediction)."""
+    """No module of labutils but exercises.py and its parts (exercises_*.py) defines a grader: by name
+    (GRADERS), or by shape (check_* whose first parameter is a student's answer, guess or prediction)."""
     package = Path(ex.__file__).parent
     shape = re.compile(r"answer|guess|predict")
     for path in package.glob("*.py"):

@@ -19,7 +19,8 @@ from labutils.placement import check_local_ranks, max_local_ranks
 from labutils.topology import parse_topology
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-HEAD = "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong"
+HEAD = ("#       size         count      type   redop    root     time   algbw   busbw #wrong"
+        "     time   algbw   busbw #wrong")
 
 
 def nccl_log(n: int, ranks=None, header: bool = True, sizes=(1 << 20, 1 << 24, 1 << 26)) -> str:

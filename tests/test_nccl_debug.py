@@ -89,7 +89,8 @@ def test_socket_sample():
     ("h:1:2 [0] NCCL INFO Ring 00 : 0[0] -> 1[1] via P2P/IPC", (0, None, 0, 1, "P2P/IPC")),
     ("h:1:2 [0] NCCL INFO Ring 01 : 3 -> 0 [receive] via NET/IB/0", (1, None, 3, 0, "NET/IB/0")),
     ("h:1:2 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via direct shared memory", (0, None, 0, 1, "direct shared memory")),
-    ("h:1:2 [7] NCCL INFO Channel 13/0 : 47[7] -> 39[7] [receive] via NET/IBext_v8/2", (13, 0, 47, 39, "NET/IBext_v8/2")),
+    ("h:1:2 [7] NCCL INFO Channel 13/0 : 47[7] -> 39[7] [receive] via NET/IBext_v8/2",
+     (13, 0, 47, 39, "NET/IBext_v8/2")),
     ("h:1:2 [0] NCCL INFO Channel 05/0 : 2[6] -> 3[7] via SHM/direct/direct", (5, 0, 2, 3, "SHM/direct/direct")),
 ])
 def test_one_line_each_format(line, expected):

@@ -67,7 +67,8 @@ def test_old_layout_without_redop_or_root_keeps_the_error_apart():
 def test_headerless_rows_with_launcher_prefixes_are_guessed():
     text = ("[1,0]<stdout>:     1048576        262144     float     sum      -1    66.87   15.68   15.68      0"
             "    67.84   15.46   15.46      0\n"
-            "0:        8192          2048     float     sum    37.07    0.22    0.41  5e-07    35.50    0.23    0.43  5e-07\n")
+            "0:        8192          2048     float     sum    37.07    0.22    0.41  5e-07"
+            "    35.50    0.23    0.43  5e-07\n")
     f = parse_text(text, op="all_reduce").frame
     assert list(f["size_bytes"]) == [1048576, 1048576, 8192, 8192]
     assert list(f["root"][:2]) == [-1, -1] and f["root"][2:].isna().all()  # the second row has no root
@@ -75,25 +76,31 @@ def test_headerless_rows_with_launcher_prefixes_are_guessed():
 
 
 def test_info_output_glued_inside_a_row():
-    header = "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-    text = (header + "           8             2     float     sum      -13f9a2c1d7e55:41822:41836 [0] NCCL INFO Channel 00/0 : x\n"
+    header = ("#       size         count      type   redop    root     time   algbw   busbw #wrong"
+              "     time   algbw   busbw #wrong\n")
+    text = (header + "           8             2     float     sum      -1"
+            "3f9a2c1d7e55:41822:41836 [0] NCCL INFO Channel 00/0 : x\n"
             "3f9a2c1d7e55:41822:41837 [1] NCCL INFO Connected all rings\n"
             "    19.52    0.00    0.00      0    19.37    0.00    0.00      0\n"
-            "          16             4     float     sum      -1    19.03    0.00    0.00      0    19.47    0.00    0.00      0\n")
+            "          16             4     float     sum      -1    19.03    0.00    0.00      0"
+            "    19.47    0.00    0.00      0\n")
     f = parse_text(text, op="all_reduce").frame
     assert list(f["size_bytes"]) == [8, 8, 16, 16]
     assert list(f["root"]) == [-1, -1, -1, -1]
     assert list(f["time_us"]) == [19.52, 19.37, 19.03, 19.47]
-    lost = header + "          32             8     float     sum      -1host:1:2 [0] NCCL WARN gave up\n" + text.splitlines()[-1]
+    lost = (header + "          32             8     float     sum      -1host:1:2 [0] NCCL WARN gave up\n"
+            + text.splitlines()[-1])
     assert list(parse_text(lost, op="all_reduce").frame["size_bytes"]) == [16, 16]  # the next row still counts
 
 
 def test_per_iteration_layout_reads_the_main_columns():
-    text = ("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s\n"  # noqa: UP031 - the layout as nccl-tests prints it
+    # The layout as nccl-tests prints it (printf style, hence the noqa).
+    text = ("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s"  # noqa: UP031
+            "  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s\n"
             % ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99",
                "i_cv%", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%"))
-    text += ("     4194304       1048576     float     sum      -1   208.53   20.11   20.11       0   201.0   230.1   229.0"
-             "     2.1   210.00   19.97   19.97       0   203.0   231.0   230.0     2.3\n")
+    text += ("     4194304       1048576     float     sum      -1   208.53   20.11   20.11       0"
+             "   201.0   230.1   229.0     2.1   210.00   19.97   19.97       0   203.0   231.0   230.0     2.3\n")
     f = parse_text(text, op="all_reduce").frame
     assert list(f["time_us"]) == [208.53, 210.00] and list(f["busbw_GBps"]) == [20.11, 19.97]
 

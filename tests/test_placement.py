@@ -45,7 +45,8 @@ def layouts(tmp_path_factory):
 
 def test_layout_reads_cores_siblings_and_nodes(layouts):
     layout = layouts[16, True]
-    assert (layout.cpus, layout.sockets, len(layout.logical), layout.physical_cores, layout.smt) == (32, 2, 32, 16, True)
+    assert ((layout.cpus, layout.sockets, len(layout.logical), layout.physical_cores, layout.smt)
+            == (32, 2, 32, 16, True))
     by_cpu = {c.cpu: c for c in layout.logical}
     assert by_cpu[3].core == by_cpu[19].core == 3 and by_cpu[3].node == by_cpu[19].node == 0
     assert by_cpu[8].node == by_cpu[24].node == 1 and by_cpu[24].socket == 1

@@ -213,7 +213,8 @@ def _copies(rows):
 
 def test_h2d_band_comes_from_the_live_link_not_pcie_4():
     """The bug: a PCIe 5.0 x16 H200 measured 55.4 GB/s H2D and was shown against 24-31.5."""
-    frame = _copies([("H2D", "cpu", "cuda:0", 1 << 28, 4.8, 55.4, True), ("D2H", "cuda:0", "cpu", 1 << 28, 4.9, 55.1, True)])
+    frame = _copies([("H2D", "cpu", "cuda:0", 1 << 28, 4.8, 55.4, True),
+                     ("D2H", "cuda:0", "cpu", 1 << 28, 4.9, 55.1, True)])
     bands = expected_bands(frame, facts=[H200])
     assert [(b.low_GBps, b.high_GBps) for b in bands] == [(50, 63), (50, 63)]
     assert "PCIe 5.0 x16" in bands[0].route and "gen 1" in bands[0].note
@@ -285,7 +286,8 @@ def test_buckets_are_read_off_the_curve_one_by_one():
     sweep = _synthetic_sweep()
     width = ddp_model.mlp_for_gradient_bytes(32 * 2**20)
     sizes = ddp_model.mlp_bucket_sizes(width, 4, 25)
-    assert sum(sizes) == ddp_model.mlp_gradient_bytes(width, 4) and len(sizes) == ddp_model.mlp_bucket_count(width, 4, 25)
+    assert sum(sizes) == ddp_model.mlp_gradient_bytes(width, 4)
+    assert len(sizes) == ddp_model.mlp_bucket_count(width, 4, 25)
     ms, reading = ddp_model.bucket_comm_ms(sweep, sizes)
     assert ms == pytest.approx(sum(_true_us(s) for s in sizes) / 1e3, rel=0.05)
     assert len(reading.time_us) == len(sizes)
@@ -310,7 +312,8 @@ def test_bounds_from_the_curve_hold_a_step_that_overlaps():
     grad_bytes = ddp_model.mlp_gradient_bytes(256, 4)
     comm = ddp_model.bucket_comm_ms(sweep, [grad_bytes])[0]
     lower, upper = 1.5 + max(2.0, comm), 3.5 + comm  # forward + optimizer = 1.5; backward = 2
-    inside = data_parallel.prediction_table(_summary((lower + upper) / 2, upper), 100.0, 0.0, sweep=sweep).set_index("mode")
+    inside = data_parallel.prediction_table(_summary((lower + upper) / 2, upper), 100.0, 0.0,
+                                            sweep=sweep).set_index("mode")
     assert inside.loc["ddp", "overlap_pred_ms"] == pytest.approx(lower)
     assert inside.loc["ddp", "no_overlap_pred_ms"] == pytest.approx(upper)
     assert inside.loc["ddp", "between"] and not inside.loc["ddp", "extrapolated"]
@@ -339,7 +342,8 @@ def test_contention_table_shows_sum_or_overlap():
     assert table.loc["ideal overlap: max(backward, all-reduce)", "ms"] == 10.0
     assert table.loc["both together, measured", "vs no overlap"] == pytest.approx(17 / 16)
     assert data_parallel.overlap_verdict(shared).startswith("No overlap")
-    assert data_parallel.overlap_verdict({"backward_ms": 10.0, "allreduce_ms": 6.0, "together_ms": 11.0}).startswith("Overlap")
+    assert data_parallel.overlap_verdict({"backward_ms": 10.0, "allreduce_ms": 6.0,
+                                          "together_ms": 11.0}).startswith("Overlap")
 
 
 @pytest.mark.distributed

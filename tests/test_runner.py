@@ -47,7 +47,8 @@ def test_failing_notebook_reported_others_still_run(three_notebooks, tmp_path):
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "2/3 notebooks succeeded" in proc.stdout
-    assert "02_bad: failed in cell 3 (\"raise RuntimeError('made to fail')\"): RuntimeError: made to fail" in proc.stdout
+    assert ("02_bad: failed in cell 3 (\"raise RuntimeError('made to fail')\"): RuntimeError: made to fail"
+            in proc.stdout)
     summary = json.loads((out / "summary.json").read_text())
     nbs = summary["notebooks"]
     assert nbs["01_good"]["ok"] and nbs["03_after"]["ok"] and not nbs["02_bad"]["ok"]

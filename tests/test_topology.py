@@ -14,7 +14,9 @@ SAMPLES = tp.list_samples()
 NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (copy probes, peer access)")
 
 # Hand-made variants of real layouts: header words spaced by tabs or runs of spaces.
-TWO_TABS = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tPHB\t0-63\t0\t\tN/A\nGPU1\tPHB\t X \t0-63\t0\t\tN/A\n"
+TWO_TABS = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+            "GPU0\t X \tPHB\t0-63\t0\t\tN/A\n"
+            "GPU1\tPHB\t X \t0-63\t0\t\tN/A\n")
 TWO_SPACES = ("        GPU0    GPU1    CPU Affinity    NUMA Affinity\n"
               "GPU0     X      NV4     0-15            0\n"
               "GPU1    NV4      X      0-15            0\n\nLegend:\n\n  X    = Self\n")
