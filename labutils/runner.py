@@ -64,7 +64,8 @@ class NotebookOutcome:
 
 
 STAGES = {"execute": "executing", "read": "reading the executed notebook back", "html": "rendering HTML",
-          "plots": "saving plots", "figures": "recording figures", "not run": "waiting its turn (not run)"}
+          "plots": "saving plots", "figures": "recording figures", "stopped": "running (stopped part-way)",
+          "not run": "waiting its turn (not run)"}
 
 
 def find_notebooks(only: str | None = None, directory: Path = NOTEBOOK_DIR) -> list[Path]:
@@ -336,7 +337,11 @@ def write_summary(outcomes: list[NotebookOutcome], out_dir: Path, quick: bool, s
     return write_atomic(out_dir / "summary.json", to_json(summary) + "\n")
 
 
-def _not_run(path: Path, out_dir: Path, why: str) -> NotebookOutcome:
+def _not_run(path: Path, out_dir: Path, why: str, running_s: float | None = None) -> NotebookOutcome:
+    """A notebook the run never finished: cut short while it ran (`running_s` seconds in), or not reached."""
+    if running_s is not None:
+        return NotebookOutcome(path.stem, False, running_s, out_dir / path.name, out_dir / f"{path.stem}.html",
+                               error=f"stopped while it ran, {running_s:.0f} s in ({why})", failed_stage="stopped")
     return NotebookOutcome(path.stem, False, 0.0, out_dir / path.name, out_dir / f"{path.stem}.html",
                            error=f"the run stopped before it ({why})", failed_stage="not run")
 
@@ -356,11 +361,12 @@ def run_notebooks(only: str | None = None, quick: bool = False, params: dict | N
     check_params(params or {}, paths)
     parameters = {**({"quick": True} if quick else {}), **(params or {})}
     outcomes: list[NotebookOutcome] = []
-    stopped = None
+    stopped, current, started = None, None, 0.0
     try:
         bar = tqdm(paths, desc="notebooks", unit="nb", file=sys.stderr)
         for path in bar:
             bar.set_postfix_str(path.stem)
+            current, started = path, time.monotonic()
             outcome = execute_notebook(path, out_dir, parameters, results_dir)
             outcomes.append(outcome)
             if not outcome.ok:
@@ -370,7 +376,9 @@ def run_notebooks(only: str | None = None, quick: bool = False, params: dict | N
         raise
     finally:
         done = {o.name for o in outcomes}
-        listed = outcomes + [_not_run(p, out_dir, stopped or "unknown") for p in paths if p.stem not in done]
+        running_s = time.monotonic() - started
+        listed = outcomes + [_not_run(p, out_dir, stopped or "unknown", running_s if p == current else None)
+                             for p in paths if p.stem not in done]
         write_summary(listed, out_dir, quick, stopped)
         write_index(listed, out_dir, quick, stopped)
     return outcomes

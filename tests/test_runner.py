@@ -149,7 +149,7 @@ def test_an_interrupted_run_still_writes_index_and_summary(tmp_path, monkeypatch
     assert summary["stopped"] == "KeyboardInterrupt"
     nbs = summary["notebooks"]
     assert nbs["01_good"]["ok"] and nbs["01_good"]["figures"] == {"x": 3}
-    assert [nbs[n]["failed_stage"] for n in ("02_bad", "03_after")] == ["not run", "not run"]
+    assert [nbs[n]["failed_stage"] for n in ("02_bad", "03_after")] == ["stopped", "not run"]  # 02 was running
     index = (out / "index.html").read_text()
     assert "The run stopped early: KeyboardInterrupt" in index and "not run" in index
 
@@ -183,4 +183,5 @@ def test_sigterm_stops_the_run_and_still_writes_summary_and_index(tmp_path):
     assert "stopped by SIGTERM" in err
     nbs = json.loads((tmp_path / "out" / "summary.json").read_text())["notebooks"]
     assert nbs["01_quick"]["ok"] and not nbs["02_slow"]["ok"] and not nbs["03_never"]["ok"]
+    assert "stopped while it ran" in nbs["02_slow"]["error"] and "before it" in nbs["03_never"]["error"]
     assert "not run" in (tmp_path / "out" / "index.html").read_text()
