@@ -99,11 +99,13 @@ def test_bad_input_is_one_line_and_starts_nothing(argv, name, capsys, monkeypatc
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_lab_takes_port_and_ip_from_its_command_line_only():
     """`make lab PORT=... IP=...` reaches the subcommand; PORT or IP in the environment do not."""
-    env = dict(os.environ, PORT="1234", IP="0.0.0.0")
+    # Under `make test` this make is a sub-make: without its parent's flags, and no directory lines.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    env.update(PORT="1234", IP="0.0.0.0")
 
     def recipe(*variables):
-        dry = subprocess.run(["make", "-n", "lab", *variables], cwd=ROOT, env=env, capture_output=True,
-                             text=True, check=True)
+        dry = subprocess.run(["make", "--no-print-directory", "-n", "lab", *variables], cwd=ROOT, env=env,
+                             capture_output=True, text=True, check=True)
         return dry.stdout.strip().splitlines()[-1]
 
     assert recipe().endswith("-m labutils lab --ip '127.0.0.1' --port '8888'")
