@@ -12,7 +12,7 @@ Reading order:
 5. `python -m labutils tp-check`: the split block on N ranks, checked against the whole (the
    backward check, with f and g, is labutils.megatron).
 
-Timing the split on ranks and holding the two-device budget against it is labutils.validation.
+Timing the split on ranks is labutils.split_timing; holding the two-device budget against it, labutils.validation.
 
 Workers (functions a spawned rank runs) live here and are started with `labutils.launch.launch`.
 """
