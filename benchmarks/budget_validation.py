@@ -2,13 +2,13 @@
 
     .venv/bin/python benchmarks/budget_validation.py [--hidden 64,96,...] [--batch 32] [--reuse-link]
 
-Latency and bandwidth come from an all-reduce sweep fitted by labutils.fit (measured fresh just
+Latency and bandwidth come from an all-reduce sweep fitted by labutils.model.fit (measured fresh just
 before, or the newest saved link with --reuse-link), never from the layer timings. Then, for each
 layer size (batch x hidden, MLP width 4 hidden), one thread per rank, medians over repetitions
 after warm-up, two 2-rank gloo jobs on the CPU:
 1. before the split: rank 0 alone runs the whole layer (S, C, T1) and both ranks run their halves
    with no all-reduce (eta_halves = C / (2 C_half)); from these the a-priori T2 is predicted
-   (labutils.validation.apriori_table, eta = 1 and eta = eta_halves);
+   (labutils.experiments.validation.apriori_table, eta = 1 and eta = eta_halves);
 2. the split: T1 and T2 (both ranks, split, one all-reduce), interleaved; the after-the-fact T2
    takes eta from this run's own compute (validation_table), so it predicts only S and l + V/B.
 Prints both views per size, the median |predicted - measured| / measured of T2 of each, the
@@ -37,9 +37,9 @@ DEFAULT_HIDDEN = "64,96,128,192,256,384,512,768,1024"
 
 def measured_link(reuse: bool):
     """The link to predict with: the newest saved gloo/cpu 2-rank link, or a fresh sweep and fit."""
-    from labutils.fit import fit_alpha_beta
-    from labutils.my_link import ensure_link, save_link
-    from labutils.sweep import run_sweep
+    from labutils.measure.my_link import ensure_link, save_link
+    from labutils.measure.sweep import run_sweep
+    from labutils.model.fit import fit_alpha_beta
 
     if reuse:
         return ensure_link(2, "gloo", "cpu", quick=True)
@@ -62,9 +62,9 @@ def main() -> int:
 
     import pandas as pd
 
-    from labutils import split_timing as st
-    from labutils import validation as val
-    from labutils.results import save_result
+    from labutils.core.results import save_result
+    from labutils.experiments import split_timing as st
+    from labutils.experiments import validation as val
 
     hidden = [int(h) for h in args.hidden.split(",")]
     if len(hidden) < 6:

@@ -12,9 +12,9 @@ packages are missing is skipped with that sentence; a folder on PYTHONPATH count
    (with several GPUs, also a sweep across all of them);
 3. gloo on CUDA tensors, 2 ranks sharing the GPU: the harness against a bare `dist.all_reduce`
    loop (benchmarks/harness_overhead.py's functions, on CUDA tensors);
-4. pinned host<->GPU copies (labutils.copies) against the PCIe wire rate of the generation and
-   width NVML reports (labutils.topology.nvml_facts, else nvidia-smi), rate from
-   labutils.links.pcie_figure scaled by width / 16; the CUDA-event timer is checked against a
+4. pinned host<->GPU copies (labutils.measure.copies) against the PCIe wire rate of the generation and
+   width NVML reports (labutils.readers.topology.nvml_facts, else nvidia-smi), rate from
+   labutils.readers.links.pcie_figure scaled by width / 16; the CUDA-event timer is checked against a
    synchronised host clock on the same copy (within 15 %);
 5. `python -m labutils run-notebooks` in full mode, with each notebook's seconds and key figures
    read from its summary.json.
@@ -232,8 +232,8 @@ def step_tests(args) -> dict:
 def step_nccl(args) -> dict:
     """2. NCCL with one rank on the GPU (gloo with one CPU rank for --device cpu): a ping, then a
     short sweep whose elements must all be right."""
-    from labutils.launch import launch, ping_worker
-    from labutils.sweep import run_sweep
+    from labutils.measure.launch import launch, ping_worker
+    from labutils.measure.sweep import run_sweep
 
     backend = "nccl" if args.device == "cuda" else "gloo"
     ping = launch(ping_worker, 1, backend=backend, device=args.device, timeout_s=min(60, args.step_timeout_s))[0]
@@ -277,7 +277,7 @@ def pcie_link() -> tuple[int | None, int | None, str]:
     """(generation, width, where read) of GPU 0's link at its best: NVML's maximum (the
     current value drops when the GPU idles), else `nvidia-smi --query-gpu`."""
     try:
-        from labutils.topology import nvml_facts
+        from labutils.readers.topology import nvml_facts
 
         facts, why = nvml_facts()
     except Exception as exc:  # noqa: BLE001 - a broken driver: try nvidia-smi
@@ -298,7 +298,7 @@ def pcie_link() -> tuple[int | None, int | None, str]:
 
 def wire_rate_GBps(gen: int | None, width: int | None) -> float | None:
     """Per-direction PCIe rate: the link table's x16 specification (links.pcie_figure) x width / 16."""
-    from labutils.links import pcie_figure
+    from labutils.readers.links import pcie_figure
 
     if gen not in (3, 4, 5) or not width:
         return None
@@ -307,7 +307,7 @@ def wire_rate_GBps(gen: int | None, width: int | None) -> float | None:
 
 def step_copies(args) -> dict:
     """4. pinned H2D / D2H against the wire's rate (a host memory copy for --device cpu)."""
-    from labutils.copies import h2d_d2h, host_copy
+    from labutils.measure.copies import h2d_d2h, host_copy
 
     size = (16 << 20) if args.quick else COPY_BYTES
     if args.device != "cuda":
@@ -336,11 +336,11 @@ def step_copies(args) -> dict:
 
 
 def timer_agreement(size_bytes: int, iters: int = 10) -> tuple[float, float]:
-    """ms per pinned H2D copy of GPU 0 timed by CUDA events (labutils.timing.time_loop) and by
+    """ms per pinned H2D copy of GPU 0 timed by CUDA events (labutils.measure.timing.time_loop) and by
     perf_counter around a synchronised loop: the two must agree for any GPU figure to hold."""
     import torch
 
-    from labutils.timing import time_loop
+    from labutils.measure.timing import time_loop
 
     host = torch.ones(size_bytes, dtype=torch.uint8, pin_memory=True)
     gpu = torch.empty(size_bytes, dtype=torch.uint8, device="cuda:0")
@@ -557,7 +557,7 @@ def run_child(args) -> int:
         facts = {"status": "FAIL", "detail": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
         print(f"  {facts['detail']}")
     if args.result_file:
-        from labutils.results import to_json
+        from labutils.core.results import to_json
 
         Path(args.result_file).write_text(to_json(facts))
     return 0 if facts.get("status") == "PASS" else 1
@@ -577,7 +577,7 @@ def main(argv=None) -> int:
     print(f"gpu_check on {machine['cpu_cores']} cores, {machine['gpu_count']} GPU(s), device {args.device}, "
           f"budget {args.budget_s:.0f} s" + (", quick" if args.quick else ""))
     try:
-        from labutils.placement import machine_placement
+        from labutils.measure.placement import machine_placement
 
         print(f"CPU placement for 2 ranks: {machine_placement(2).explanation}")
     except Exception as exc:  # noqa: BLE001 - a bad LAB_THREADS_PER_RANK, say, is reported, not fatal here

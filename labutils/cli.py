@@ -13,20 +13,20 @@ import argparse
 import importlib
 import sys
 
-from labutils.inputs import LabInputError
+from labutils.core.inputs import LabInputError
 
 # Modules that contribute subcommands, in the order `--help` lists them.
 COMMAND_MODULES = [
-    "labutils.machine",
-    "labutils.topology",
-    "labutils.sweep",
-    "labutils.nccl_tests",
-    "labutils.doctor",
-    "labutils.nccl_debug",
-    "labutils.budget_cli",
-    "labutils.megatron",
-    "labutils.runner",
-    "labutils.lab",
+    "labutils.course.machine",
+    "labutils.readers.topology",
+    "labutils.measure.sweep",
+    "labutils.readers.nccl_tests",
+    "labutils.doctor.doctor",
+    "labutils.readers.nccl_debug",
+    "labutils.course.budget_cli",
+    "labutils.experiments.megatron",
+    "labutils.course.runner",
+    "labutils.course.lab",
 ]
 
 

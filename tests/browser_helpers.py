@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from labutils.lab import LabNotStarted, lab_command, stop_lab, wait_for_lab
+from labutils.course.lab import LabNotStarted, lab_command, stop_lab, wait_for_lab
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -96,7 +96,7 @@ def _write_settings(settings_dir: Path) -> None:
 @contextlib.contextmanager
 def jupyter_lab(root_dir: Path, work_dir: Path, extra_env: dict | None = None):
     """Start JupyterLab on `root_dir` as `make lab` does, yield a LabServer once it answers, always
-    stop it with every process it started (labutils.lab: the command, the wait, the stop).
+    stop it with every process it started (labutils.course.lab: the command, the wait, the stop).
 
     `extra_env` is added to the server's environment, which its kernels inherit (a None value
     removes that variable).

@@ -5,7 +5,7 @@ import contextlib
 
 import torch
 
-from labutils.ddp_step import RankStep, StepConfig
+from labutils.experiments.ddp_step import RankStep, StepConfig
 
 
 def gradient_worker(ctx, width: int, depth: int, batch_per_rank: int,

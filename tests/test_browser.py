@@ -2,7 +2,7 @@
 
 A JupyterLab server (127.0.0.1, token on, temporary settings) serves a temporary copy of the
 notebooks; headless Debian chromium, driven by Playwright, runs them as a student would. The
-numbers the dashboard shows are checked against `labutils.budget.evaluate`, and the figure the
+numbers the dashboard shows are checked against `labutils.model.budget.evaluate`, and the figure the
 browser shows against the kernel's figure and its curves. A screenshot of the dashboard lands in
 out/browser_05_time_budget.png. Skips, saying why, where chromium, Playwright or JupyterLab is
 missing or chromium does not start.
@@ -31,7 +31,7 @@ from browser_helpers import (
     why_no_browser,
 )
 
-from labutils.budget import BASE_CASE, RESULT_FIELDS, evaluate
+from labutils.model.budget import BASE_CASE, RESULT_FIELDS, evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "out"
@@ -214,7 +214,7 @@ def test_time_budget_dashboard_follows_its_sliders(lab, budget_page):
 
 def test_a_preset_sets_every_slider(lab, budget_page):
     """Choosing a link in the preset menu moves all seven sliders to its values, exactly."""
-    from labutils.widgets import budget_presets
+    from labutils.show.widgets import budget_presets
 
     page, _ = budget_page
     menu = page.locator(".lab-preset-menu select")

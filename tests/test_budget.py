@@ -6,9 +6,9 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from labutils import budget as bm
-from labutils import budget_cli
-from labutils.inputs import LabInputError
+from labutils.core.inputs import LabInputError
+from labutils.course import budget_cli
+from labutils.model import budget as bm
 
 CASES = budget_cli.load_cases()
 BASE = dict(bm.BASE_CASE)

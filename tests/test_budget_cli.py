@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from labutils import budget as bm
 from labutils.cli import main
+from labutils.model import budget as bm
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = {"t_one_ms", "t_two_ms", "comm_ms", "speedup", "efficiency", "break_even_C_ms", "min_bandwidth_GBps",

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labutils import budget as bm
-from labutils import hardware_ratio
 from labutils.cli import main
-from labutils.inputs import LabInputError
+from labutils.core.inputs import LabInputError
+from labutils.model import budget as bm
+from labutils.model import hardware_ratio
 
 times = st.floats(0.0, 1e3, allow_nan=False)
 inputs = st.fixed_dictionaries({"S_ms": times, "C_ms": times, "eta": st.floats(0.01, 1.0), "Q": st.integers(0, 64),

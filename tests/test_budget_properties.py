@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from labutils import budget as bm
+from labutils.model import budget as bm
 
 times = st.floats(0.0, 1e3, allow_nan=False)
 positive_times = st.floats(1e-3, 1e3)

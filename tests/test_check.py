@@ -5,15 +5,16 @@ import json
 import pytest
 import torch
 
-from labutils import cli, machine
-from labutils import cpus as lab_cpus
-from labutils.topology import list_samples
+from labutils import cli
+from labutils.course import machine
+from labutils.readers import cpus as lab_cpus
+from labutils.readers.topology import list_samples
 
 
 @pytest.fixture
 def run_cli(monkeypatch, capsys):
     """Run `python -m labutils ...` in-process with only this issue's subcommands registered."""
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ["labutils.machine", "labutils.topology"])
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["labutils.course.machine", "labutils.readers.topology"])
 
     def run(*argv):
         code = cli.main(list(argv))
@@ -122,7 +123,7 @@ def _fake_nvidia_smi(directory, body):
 
 
 def test_topo_reads_a_live_nvidia_smi(run_cli, monkeypatch, tmp_path):
-    from labutils.topology import SAMPLES_DIR
+    from labutils.readers.topology import SAMPLES_DIR
 
     _fake_nvidia_smi(tmp_path, f"cat '{SAMPLES_DIR / 'two_gpu_nvlink_bridge.txt'}'")
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
@@ -132,7 +133,7 @@ def test_topo_reads_a_live_nvidia_smi(run_cli, monkeypatch, tmp_path):
 
 
 def test_nvidia_smi_that_hangs_or_fails_is_reported(monkeypatch, tmp_path):
-    from labutils.topology import run_nvidia_smi
+    from labutils.readers.topology import run_nvidia_smi
 
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     _fake_nvidia_smi(tmp_path, "exec sleep 5")
@@ -145,7 +146,7 @@ def test_nvidia_smi_that_hangs_or_fails_is_reported(monkeypatch, tmp_path):
 
 def test_lspci_missing_hanging_failing_or_silent_is_one_line(monkeypatch, tmp_path):
     """pcie.run_lspci through commands.tool_output: (None, why) for every way lspci can let us down."""
-    from labutils.pcie import run_lspci
+    from labutils.readers.pcie import run_lspci
 
     monkeypatch.setenv("PATH", str(tmp_path))
     assert run_lspci() == (None, "lspci is not installed (package pciutils)")

@@ -7,8 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from labutils.buffers import expected, fill
-from labutils.busbw import (
+from labutils.core.busbw import (
     COLUMNS,
     OPS,
     SWEEP_EXTRA,
@@ -17,13 +16,14 @@ from labutils.busbw import (
     layout,
     sweep_sizes,
 )
-from labutils.harness import warmup_iters
-from labutils.inputs import LabInputError
-from labutils.launch import RankError
-from labutils.nccl_table import format_nccl_table
-from labutils.nccl_tests import parse_text
-from labutils.results import latest_result
-from labutils.sweep import WrongResultError, run_sweep, save_sweep
+from labutils.core.inputs import LabInputError
+from labutils.core.results import latest_result
+from labutils.measure.buffers import expected, fill
+from labutils.measure.harness import warmup_iters
+from labutils.measure.launch import RankError
+from labutils.measure.sweep import WrongResultError, run_sweep, save_sweep
+from labutils.readers.nccl_table import format_nccl_table
+from labutils.readers.nccl_tests import parse_text
 
 
 @pytest.mark.parametrize("n, ar, ag", [(1, 0.0, 0.0), (2, 1.0, 0.5), (3, 4 / 3, 2 / 3), (4, 1.5, 0.75),
@@ -170,7 +170,7 @@ def test_bad_sweep_input_is_refused_before_any_rank_starts():
 
 
 def test_saved_sweeps_load_back_by_op_and_compare():
-    from labutils.sweep import SweepResult, compare_sweeps, load_sweep
+    from labutils.measure.sweep import SweepResult, compare_sweeps, load_sweep
 
     rows = [{"op": op, "size_bytes": s, "count": s // 4, "dtype": "float32", "redop": "sum", "root": -1,
              "time_us": 10.0, "algbw_GBps": s / 1e4, "busbw_GBps": s / 1e4 * f, "wrong": 0, "world_size": 2,

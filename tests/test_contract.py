@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import labutils.launch
-import labutils.results
-import labutils.sweep
+import labutils.core.results
+import labutils.measure.launch
+import labutils.measure.sweep
 from labutils.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,16 +68,17 @@ def _fail(*args, **kwargs):
 @pytest.fixture
 def nothing_starts(monkeypatch, tmp_path):
     """Every way of starting a rank, a process or writing a result fails the test."""
-    for module in ("labutils.launch", "labutils.sweep", "labutils.megatron", "labutils.tensor_parallel"):
+    for module in ("labutils.measure.launch", "labutils.measure.sweep", "labutils.experiments.megatron",
+                   "labutils.experiments.tensor_parallel"):
         mod = sys.modules.get(module) or __import__(module, fromlist=["x"])
         if hasattr(mod, "launch"):
             monkeypatch.setattr(mod, "launch", _fail)
-    monkeypatch.setattr(labutils.launch, "run_this_rank", _fail)
+    monkeypatch.setattr(labutils.measure.launch, "run_this_rank", _fail)
     monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", _fail)
     monkeypatch.setattr(subprocess, "Popen", _fail)
-    monkeypatch.setattr(labutils.results, "save_result", _fail)
-    monkeypatch.setattr(labutils.results, "write_atomic", _fail)
-    monkeypatch.setattr(labutils.sweep, "save_result", _fail)
+    monkeypatch.setattr(labutils.core.results, "save_result", _fail)
+    monkeypatch.setattr(labutils.core.results, "write_atomic", _fail)
+    monkeypatch.setattr(labutils.measure.sweep, "save_result", _fail)
     monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path / "results"))
     for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                  "LAB_OVERSUBSCRIBE"):

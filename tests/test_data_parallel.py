@@ -8,10 +8,11 @@ import pandas as pd
 import pytest
 from rank_workers import gradient_worker
 
-from labutils import data_parallel, ddp_model, ddp_step
-from labutils.fit import allreduce_ms
-from labutils.inputs import LabInputError
-from labutils.launch import launch
+from labutils.core.inputs import LabInputError
+from labutils.experiments import data_parallel, ddp_step
+from labutils.measure.launch import launch
+from labutils.model import ddp_model
+from labutils.model.fit import allreduce_ms
 
 # --- the model and its gradient size ---------------------------------------------------------
 
@@ -198,7 +199,7 @@ def test_rank_zero_sets_the_step_count():
 def test_widget_follows_its_sliders():
     import re
 
-    from labutils.widgets import ddp_scaling_dashboard
+    from labutils.show.widgets import ddp_scaling_dashboard
 
     dash = ddp_scaling_dashboard(gradient_bytes=100e6, busbw_GBps=10.0, compute_ms=50.0, alpha_us=0.0, buckets=1)
     state = dash.state()

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from labutils import cli, pcie
-from labutils import doctor as dr
-from labutils import doctor_evidence as evidence
-from labutils import doctor_rules as rules
-from labutils.inputs import LabInputError
-from labutils.links import pcie_figure
-from labutils.results import save_result
-from labutils.topology import GpuFacts, expected_figure, load_sample, parse_topology, read_topology_file
+from labutils import cli
+from labutils.core.inputs import LabInputError
+from labutils.core.results import save_result
+from labutils.doctor.doctor import doctor as dr
+from labutils.doctor.doctor import evidence, rules
+from labutils.readers import pcie
+from labutils.readers.links import pcie_figure
+from labutils.readers.topology import GpuFacts, expected_figure, load_sample, parse_topology, read_topology_file
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCTOR = ROOT / "data" / "doctor"
@@ -416,7 +416,7 @@ def nothing_live(monkeypatch):
 
     for name in ("live_facts", "live_lspci", "newest_sweep"):
         monkeypatch.setattr(dr, name, refuse)
-    monkeypatch.setattr("labutils.topology.live_topology", refuse)
+    monkeypatch.setattr("labutils.readers.topology.live_topology", refuse)
 
 
 @pytest.mark.parametrize("args, named", [
@@ -482,7 +482,7 @@ def test_bad_input_in_a_real_process():
 
 def test_live_mode_reads_this_machine(monkeypatch):
     topo = load_sample("two_gpu_phb")
-    monkeypatch.setattr("labutils.topology.live_topology", lambda: (topo, ""))
+    monkeypatch.setattr("labutils.readers.topology.live_topology", lambda: (topo, ""))
     monkeypatch.setattr(dr, "live_facts", lambda: (facts(2, name="NVIDIA GeForce RTX 4090", p2p=False), ""))
     monkeypatch.setattr(dr, "live_lspci", lambda: (pcie.parse_lspci(TWO_ROOTS), "lspci needs root"))
     monkeypatch.setenv("NCCL_P2P_LEVEL", "SYS")
@@ -503,7 +503,7 @@ def test_a_topology_file_keeps_the_rest_off_this_machine(monkeypatch, nothing_li
 
 
 def test_live_mode_on_a_cpu_machine(monkeypatch):
-    monkeypatch.setattr("labutils.topology.live_topology", lambda: (None, "nvidia-smi is not installed"))
+    monkeypatch.setattr("labutils.readers.topology.live_topology", lambda: (None, "nvidia-smi is not installed"))
     d = dr.run_doctor(sweep=DOCTOR / "sweep_gloo_2x5090.json")
     assert d.verdict == rules.NO_PAIR and d.cause_ids == ("gloo_backend",)
     assert any("python -m labutils doctor" in n for n in d.notes)
@@ -523,17 +523,18 @@ def test_live_readers_with_their_sources_faked(monkeypatch):
     import pandas as pd
 
     denied = "01:00.0 3D controller: NVIDIA Corporation AD102GL [L40S] (rev a1)\n\tCapabilities: <access denied>\n"
-    monkeypatch.setattr("labutils.pcie.run_lspci", lambda: (denied, ""))
+    monkeypatch.setattr("labutils.readers.pcie.run_lspci", lambda: (denied, ""))
     devices, why = evidence.live_lspci()
     assert devices[0].access_denied and devices[0].link_width is None and "sudo lspci -vvv" in why
-    monkeypatch.setattr("labutils.pcie.run_lspci", lambda: (None, "lspci is not installed"))
+    monkeypatch.setattr("labutils.readers.pcie.run_lspci", lambda: (None, "lspci is not installed"))
     assert evidence.live_lspci() == (None, "lspci is not installed")
     two = [GpuFacts(i, "NVIDIA L40S", 4, 4, 16, 16, 0) for i in range(2)]
-    monkeypatch.setattr("labutils.topology.nvml_facts", lambda: (two, ""))
-    monkeypatch.setattr("labutils.copies.peer_access_matrix", lambda: pd.DataFrame([[True, False], [False, True]]))
+    monkeypatch.setattr("labutils.readers.topology.nvml_facts", lambda: (two, ""))
+    p2p = pd.DataFrame([[True, False], [False, True]])
+    monkeypatch.setattr("labutils.measure.copies.peer_access_matrix", lambda: p2p)
     found, why = evidence.live_facts()
     assert found.gpus == tuple(two) and found.p2p == ((True, False), (False, True)) and why == ""
-    monkeypatch.setattr("labutils.topology.nvml_facts", lambda: ([], "NVML is not available"))
+    monkeypatch.setattr("labutils.readers.topology.nvml_facts", lambda: ([], "NVML is not available"))
     assert evidence.live_facts() == (None, "NVML is not available")
 
 

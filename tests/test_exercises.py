@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from labutils import exercises as ex
-from labutils import hardware_ratio as hr
-from labutils import pcie
-from labutils.doctor_evidence import read_facts
-from labutils.results import DATA_DIR
-from labutils.validation import BudgetInputs
+from labutils.core.results import DATA_DIR
+from labutils.course import exercises as ex
+from labutils.doctor.evidence import read_facts
+from labutils.experiments.validation import BudgetInputs
+from labutils.model import hardware_ratio as hr
+from labutils.readers import pcie
 
 # --- the cases: (grader, keyword arguments, right answer, rounded answers, [(wrong answer, words of its hint)]) ---
 

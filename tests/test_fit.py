@@ -7,9 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import labutils.busbw as busbw
-import labutils.sweep as sweep
-from labutils.fit import (
+import labutils.core.busbw as busbw
+import labutils.measure.sweep as sweep
+from labutils.core.inputs import LabInputError
+from labutils.core.results import DATA_DIR, list_results
+from labutils.measure.my_link import ensure_link, load_link, save_link
+from labutils.model.fit import (
     LinkFit,
     allreduce_ms,
     article_table,
@@ -18,10 +21,7 @@ from labutils.fit import (
     heldout_table,
     latency_term_us,
 )
-from labutils.inputs import LabInputError
-from labutils.my_link import ensure_link, load_link, save_link
-from labutils.nccl_tests import parse_nccl_tests
-from labutils.results import DATA_DIR, list_results
+from labutils.readers.nccl_tests import parse_nccl_tests
 
 
 def _sweep(alpha_us, busbw_GBps, n=2, noise=0.0, op="all_reduce", sizes=None, seed=0):
@@ -157,8 +157,8 @@ def test_ensure_link_reuses_a_saved_link_else_measures(monkeypatch):
 
 
 def test_a_link_saved_in_the_old_format_still_reads(tmp_path):
-    from labutils.my_link import load_link, saved_links
-    from labutils.results import save_result
+    from labutils.core.results import save_result
+    from labutils.measure.my_link import load_link, saved_links
 
     save_result("link", None, {"name": "old", "latency_ms": 0.05, "bandwidth_GBps": 3.0, "world_size": 2,
                                "backend": "gloo", "device": "cpu"}, tmp_path)

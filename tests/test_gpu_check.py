@@ -127,7 +127,7 @@ def _notebook(path, source):
 def test_step_5_reads_figures_from_the_summary_and_an_overrun_leaves_a_summary(tmp_path):
     nbs = tmp_path / "nbs"
     nbs.mkdir()
-    _notebook(nbs / "06_budget.ipynb", "from labutils.results import record_figure\n"
+    _notebook(nbs / "06_budget.ipynb", "from labutils.core.results import record_figure\n"
               "record_figure('t2_median_error_pct', 12.5, '%')\nrecord_figure('ddp_between_bounds', '4/4')")
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--steps", "5", "--notebooks", str(nbs),

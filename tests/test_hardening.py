@@ -11,12 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from labutils import budget, fit, units
-from labutils.busbw import bus_factor
-from labutils.inputs import LabInputError
-from labutils.nccl_tests import parse_text
-from labutils.placement import check_local_ranks, max_local_ranks
-from labutils.topology import parse_topology
+from labutils.core import units
+from labutils.core.busbw import bus_factor
+from labutils.core.inputs import LabInputError
+from labutils.measure.placement import check_local_ranks, max_local_ranks
+from labutils.model import budget, fit
+from labutils.readers.nccl_tests import parse_text
+from labutils.readers.topology import parse_topology
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HEAD = ("#       size         count      type   redop    root     time   algbw   busbw #wrong"
@@ -145,7 +146,7 @@ def test_topology_reader_on_matrix_shaped_junk(n, rows):
 
 @pytest.mark.parametrize("cores, limit, oversubscribed", [(2, 8, 32), (16, 32, 256), (96, 192, 1536)])
 def test_local_ranks_are_bounded_by_the_cores(cores, limit, oversubscribed, tmp_path):
-    from labutils.cpus import cpu_layout
+    from labutils.readers.cpus import cpu_layout
     from tests.test_placement import write_sys_tree
 
     assert max_local_ranks(cores) == limit and max_local_ranks(cores, oversubscribe=True) == oversubscribed
@@ -209,7 +210,7 @@ def test_fit_and_units_refuse_naming_the_value(call, name):
 
 
 def test_exact_sizes_and_graders():
-    from labutils.exercises import check_allreduce_prediction, check_pair_choice
+    from labutils.course.exercises import check_allreduce_prediction, check_pair_choice
 
     assert units.parse_size("1234567890123456") == 1234567890123456
     assert units.parse_size("1.5K") == 1536
@@ -220,7 +221,7 @@ def test_exact_sizes_and_graders():
 
 
 def test_result_files_respect_the_umask(tmp_path):
-    from labutils.results import write_atomic
+    from labutils.core.results import write_atomic
 
     old = os.umask(0o022)
     try:

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from browser_helpers import free_port
 
-from labutils import lab
 from labutils.cli import main
-from labutils.runner import NOTEBOOK_DIR
+from labutils.course import lab
+from labutils.course.runner import NOTEBOOK_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 START_S = 90.0

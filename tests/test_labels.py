@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from labutils.links import LOW_KINDS, link_figure, link_figures, load_link_table, nvlink_figure
-from labutils.pcie import pcie_band
-from labutils.topology import expected_figure
-from labutils.widgets import budget_presets
+from labutils.readers.links import LOW_KINDS, link_figure, link_figures, load_link_table, nvlink_figure
+from labutils.readers.pcie import pcie_band
+from labutils.readers.topology import expected_figure
+from labutils.show.widgets import budget_presets
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 SPEC_BODIES = ("PCI-SIG", "NVIDIA", "IEEE", "InfiniBand")

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from labutils.inputs import LabInputError
-from labutils.launch import RankError, launch, ping_worker, resolve_backend
+from labutils.core.inputs import LabInputError
+from labutils.measure.launch import RankError, launch, ping_worker, resolve_backend
 
 
 def _alive(pid: int) -> bool:
@@ -76,7 +76,7 @@ def test_resolve_backend_explains_its_choice():
 
 
 def test_line_up_runs_the_untimed_step_once_after_the_barrier():
-    from labutils.timing import line_up
+    from labutils.measure.timing import line_up
 
     calls = []
     line_up("cpu", lambda: calls.append("step"))

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from labutils import megatron as mg
-from labutils import tensor_parallel as tp
-from labutils.inputs import LabInputError
+from labutils.core.inputs import LabInputError
+from labutils.experiments import megatron as mg
+from labutils.experiments import tensor_parallel as tp
 
 
 def test_allreduces_per_step_is_two_per_block():

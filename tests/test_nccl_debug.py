@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labutils import nccl_debug as nd
 from labutils.cli import main
+from labutils.readers import nccl_debug as nd
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "data" / "nccl_debug"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from labutils.cli import main
-from labutils.inputs import LabInputError
-from labutils.nccl_tests import parse_json, parse_nccl_tests, parse_text
+from labutils.core.inputs import LabInputError
+from labutils.readers.nccl_tests import parse_json, parse_nccl_tests, parse_text
 
 SAMPLES = Path(__file__).resolve().parent.parent / "data" / "nccl_tests"
 REQUIRED = {"size_bytes", "count", "dtype", "op", "time_us", "algbw_GBps", "busbw_GBps", "wrong", "world_size",

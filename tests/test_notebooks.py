@@ -50,7 +50,7 @@ def test_parameters_cell_is_literals_with_quick(path):
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_notebook_executes_in_quick_mode(path, tmp_path, results_tmp):
-    from labutils.runner import execute_notebook
+    from labutils.course.runner import execute_notebook
 
     outcome = execute_notebook(path, tmp_path, parameters={"quick": True}, results_dir=results_tmp)
     assert outcome.ok, f"{path.name} failed in cell {outcome.failed_cell}: {outcome.error}"

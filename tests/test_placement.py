@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from labutils import cpus as lab_cpus
-from labutils.inputs import LabInputError
-from labutils.placement import MAX_THREADS_PER_RANK, machine_placement, plan_placement
+from labutils.core.inputs import LabInputError
+from labutils.measure.placement import MAX_THREADS_PER_RANK, machine_placement, plan_placement
+from labutils.readers import cpus as lab_cpus
 
 
 def write_sys_tree(root: Path, cores_per_socket: int, sockets: int = 2, smt: bool = False) -> Path:
@@ -157,7 +157,7 @@ def test_bad_input_names_the_value(layouts, monkeypatch):
 def test_check_prints_the_plan_and_a_bad_setting_exits_2(monkeypatch, capsys):
     from labutils import cli
 
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ["labutils.machine"])
+    monkeypatch.setattr(cli, "COMMAND_MODULES", ["labutils.course.machine"])
     assert cli.main(["check"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("CPU placement: ")]
     assert len(lines) == 1 and machine_placement(2).explanation in lines[0]
@@ -171,8 +171,8 @@ def test_check_prints_the_plan_and_a_bad_setting_exits_2(monkeypatch, capsys):
 
 @pytest.mark.distributed
 def test_spawned_ranks_get_their_planned_cpus_and_threads():
-    from labutils.launch import launch
-    from labutils.placement import affinity_worker
+    from labutils.measure.launch import launch
+    from labutils.measure.placement import affinity_worker
 
     plan = machine_placement(2)
     layout = lab_cpus.cpu_layout()
@@ -187,14 +187,14 @@ def test_spawned_ranks_get_their_planned_cpus_and_threads():
             assert rank["cpus"] == sorted(plan.rank_cpus[r])
     if plan.pinned:
         assert not set(got[0]["cpus"]) & set(got[1]["cpus"])
-        # gloo's threads: own CPUs plus spare ones, never a single core (see labutils.placement)
+        # gloo's threads: own CPUs plus spare ones, never a single core (see labutils.measure.placement)
         assert all(len(rank["gloo_thread_cpus"]) >= 2 or len(layout.logical) == 1 for rank in got)
 
 
 @pytest.mark.distributed
 def test_pinning_off_and_the_baseline_placed_like_rank_0(monkeypatch):
-    from labutils.launch import launch
-    from labutils.placement import affinity_worker
+    from labutils.measure.launch import launch
+    from labutils.measure.placement import affinity_worker
 
     everything = sorted(os.sched_getaffinity(0))
     baseline = launch(affinity_worker, 1, like_ranks=2, timeout_s=60)[0]

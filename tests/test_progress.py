@@ -2,7 +2,7 @@
 
 import tqdm.auto
 
-from labutils.progress import rank_progress
+from labutils.core.progress import rank_progress
 
 
 class FakeBar:

@@ -8,10 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labutils import hand_ring, ring, ring_draw
-from labutils.busbw import bus_factor
-from labutils.fit import latency_term_us
-from labutils.inputs import LabInputError
+from labutils.core.busbw import bus_factor
+from labutils.core.inputs import LabInputError
+from labutils.experiments import hand_ring
+from labutils.model import ring
+from labutils.model.fit import latency_term_us
+from labutils.show import ring_draw
 
 matplotlib.use("Agg")
 

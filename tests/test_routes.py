@@ -12,13 +12,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labutils import budget, data_parallel, ddp_model, ddp_step, machine
-from labutils import split_timing as st
-from labutils.copies import Band, copy_table, expected_bands, wire_fraction
-from labutils.fit import fit_alpha_beta, interpolate_time_us
-from labutils.inputs import LabInputError
-from labutils.launch import barrier_kwargs, rank_plan, ranks_per_gpu, resolve_backend
-from labutils.topology import GpuFacts, host_link, load_sample
+from labutils.core.inputs import LabInputError
+from labutils.course import machine
+from labutils.experiments import data_parallel, ddp_step
+from labutils.experiments import split_timing as st
+from labutils.measure.copies import Band, copy_table, expected_bands, wire_fraction
+from labutils.measure.launch import barrier_kwargs, rank_plan, ranks_per_gpu, resolve_backend
+from labutils.model import budget, ddp_model
+from labutils.model.fit import fit_alpha_beta, interpolate_time_us
+from labutils.readers.topology import GpuFacts, host_link, load_sample
 
 RANKED = ("02_allreduce_sweep", "05_tensor_parallel", "07_validating_the_budget", "08_data_parallel_training")
 
@@ -348,7 +350,7 @@ def test_contention_table_shows_sum_or_overlap():
 
 @pytest.mark.distributed
 def test_contention_probe_runs_on_two_cpu_ranks():
-    from labutils.launch import launch
+    from labutils.measure.launch import launch
 
     out = launch(ddp_step.contention_worker, 2, kwargs={"width": 48, "depth": 2, "batch_per_rank": 8, "reps": 2},
                  timeout_s=120)
@@ -359,7 +361,7 @@ def test_contention_probe_runs_on_two_cpu_ranks():
 # --- more pure pieces: the legend's table, PCIe width, the range a sweep must cover --------------------
 
 def test_path_table_gives_each_code_its_route_and_figures():
-    from labutils.topology import path_table
+    from labutils.readers.topology import path_table
 
     table = path_table(5)
     assert list(table.index) == ["NV#", "PIX", "PXB", "PHB", "NODE", "SYS"]
@@ -371,8 +373,8 @@ def test_path_table_gives_each_code_its_route_and_figures():
 
 
 def test_rows_stated_for_pcie5_scale_to_any_generation_and_width():
-    from labutils.links import link_figure
-    from labutils.pcie import pcie_band, scale_to_pcie
+    from labutils.readers.links import link_figure
+    from labutils.readers.pcie import pcie_band, scale_to_pcie
 
     host = link_figure("through host memory, no peer access (PCIe 5.0 x16)")
     assert scale_to_pcie(host, 5, 16) == host
@@ -391,7 +393,7 @@ def test_bucket_size_range_covers_every_all_reduce_of_the_runs():
 
 
 def test_a_saved_sweep_that_covers_the_range_is_reused(monkeypatch):
-    from labutils import sweep as col
+    from labutils.measure import sweep as col
 
     def fake_run_sweep(**kw):
         calls.append(kw)
@@ -423,7 +425,7 @@ NEEDS_GPU = pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
 
 @NEEDS_GPU
 def test_gpu_two_gloo_ranks_share_one_gpu():
-    from labutils.launch import launch, ping_worker
+    from labutils.measure.launch import launch, ping_worker
 
     out = launch(ping_worker, 2, backend="gloo", device="cuda", timeout_s=120)
     assert [r["sum"] for r in out] == [1.0, 1.0]
@@ -431,7 +433,7 @@ def test_gpu_two_gloo_ranks_share_one_gpu():
 
 @NEEDS_GPU
 def test_gpu_nccl_with_one_rank_runs_a_sweep_with_its_barrier():
-    from labutils.sweep import run_sweep
+    from labutils.measure.sweep import run_sweep
 
     result = run_sweep(nproc=1, backend="nccl", device="cuda", min_bytes="1K", max_bytes="64K", budget_ms=5,
                        progress=False)
@@ -440,8 +442,8 @@ def test_gpu_nccl_with_one_rank_runs_a_sweep_with_its_barrier():
 
 @NEEDS_GPU
 def test_gpu_gloo_on_cuda_sweep_and_the_copy_ceiling():
-    from labutils.copies import copy_ceiling_GBps
-    from labutils.sweep import run_sweep
+    from labutils.measure.copies import copy_ceiling_GBps
+    from labutils.measure.sweep import run_sweep
 
     result = run_sweep(nproc=2, backend="gloo", device="cuda", min_bytes="1K", max_bytes="1M", budget_ms=10,
                        progress=False)

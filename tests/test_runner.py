@@ -11,8 +11,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labutils.inputs import LabInputError
-from labutils.runner import find_notebooks, parse_params
+from labutils.core.inputs import LabInputError
+from labutils.course.runner import find_notebooks, parse_params
 
 
 def _notebook(path, *sources):
@@ -29,11 +29,11 @@ def three_notebooks(tmp_path):
     src = tmp_path / "nbs"
     src.mkdir()
     _notebook(src / "01_good.ipynb",
-              "from labutils.results import record_figure\nvalue = 21.5 * scale\n"
+              "from labutils.core.results import record_figure\nvalue = 21.5 * scale\n"
               "record_figure('peak_busbw_GBps', value, 'GB/s', 'peak busbw')",
               "import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 4]); plt.show()")
     _notebook(src / "02_bad.ipynb", "x = 1", "raise RuntimeError('made to fail')")
-    _notebook(src / "03_after.ipynb", "from labutils.results import record_figure\n"
+    _notebook(src / "03_after.ipynb", "from labutils.core.results import record_figure\n"
               "record_figure('quick_seen', int(quick))")
     return src
 
@@ -74,8 +74,8 @@ def test_only_and_params_are_checked(three_notebooks):
 @pytest.mark.notebook
 def test_summary_holds_what_the_real_notebook_computed(tmp_path):
     """Run notebook 06 with a parameter changed; its summary figures equal the model's numbers."""
-    from labutils.budget import evaluate
-    from labutils.runner import run_notebooks
+    from labutils.course.runner import run_notebooks
+    from labutils.model.budget import evaluate
 
     outcomes = run_notebooks(only="06", quick=True, params={"bandwidth_GBps": 50.0}, out_dir=tmp_path)
     assert [o.ok for o in outcomes] == [True], outcomes[0].error
@@ -91,15 +91,15 @@ def test_summary_holds_what_the_real_notebook_computed(tmp_path):
 def test_a_failing_stage_is_reported_and_the_rest_still_runs(tmp_path, monkeypatch):
     """HTML export raising, a corrupted image output, a mangled figures file: each is listed for
     its notebook with the stage, and the notebooks after it still run and render."""
-    from labutils import runner
+    from labutils.course import runner
 
     src = tmp_path / "nbs"
     src.mkdir()
-    _notebook(src / "01_html_breaks.ipynb", "from labutils.results import record_figure\nrecord_figure('a', 1)")
+    _notebook(src / "01_html_breaks.ipynb", "from labutils.core.results import record_figure\nrecord_figure('a', 1)")
     _notebook(src / "02_bad_png.ipynb", "from IPython.display import display\n"
               "display({'image/png': 'not base64!!', 'text/plain': 'x'}, raw=True)")
     _notebook(src / "03_bad_figures.ipynb", "import os\nopen(os.environ['LAB_FIGURES_FILE'], 'w').write('[1, 2')")
-    _notebook(src / "04_fine.ipynb", "from labutils.results import record_figure\nrecord_figure('b', 2.5, 'ms')")
+    _notebook(src / "04_fine.ipynb", "from labutils.core.results import record_figure\nrecord_figure('b', 2.5, 'ms')")
     real_render = runner._render_html
 
     def render(nb, html_path):
@@ -133,7 +133,7 @@ def test_a_failing_stage_is_reported_and_the_rest_still_runs(tmp_path, monkeypat
 def test_an_interrupted_run_still_writes_index_and_summary(tmp_path, monkeypatch, three_notebooks):
     """The run itself stops (here: an error outside any notebook on the second one): index.html
     and summary.json still list what ran and what did not; the error is raised again."""
-    from labutils import runner
+    from labutils.course import runner
 
     def fake_execute(path, out_dir, parameters=None, results_dir=None):
         if path.stem == "02_bad":
@@ -155,7 +155,7 @@ def test_an_interrupted_run_still_writes_index_and_summary(tmp_path, monkeypatch
 
 
 def test_out_folder_may_not_be_the_notebooks_folder(three_notebooks):
-    from labutils.runner import run_notebooks
+    from labutils.course.runner import run_notebooks
 
     with pytest.raises(LabInputError, match="is the notebooks' folder"):
         run_notebooks(out_dir=three_notebooks, directory=three_notebooks)

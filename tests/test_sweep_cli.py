@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from labutils.cli import main
-from labutils.launch import free_port
+from labutils.measure.launch import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = ROOT / ".venv" / "bin" / "torchrun"

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from labutils import tensor_parallel as tp
-from labutils.inputs import LabInputError
+from labutils.core.inputs import LabInputError
+from labutils.experiments import tensor_parallel as tp
 
 # --- the toy split ---------------------------------------------------------------------------------
 
@@ -143,7 +143,7 @@ def test_block_step_on_one_process_is_the_whole_block():
 @pytest.mark.distributed
 def test_toy_on_four_ranks_is_exact():
     """One hidden column per rank; ranks 0+1 hold device 1's half of the article, 2+3 device 2's."""
-    from labutils.launch import launch
+    from labutils.measure.launch import launch
 
     out = launch(tp.toy_worker, 4, timeout_s=90)
     parts = [np.array(r["contribution"]) for r in out]

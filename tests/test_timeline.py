@@ -5,8 +5,9 @@ import json
 import matplotlib
 import pytest
 
-from labutils import timeline as tl
-from labutils.inputs import LabInputError
+from labutils.core.inputs import LabInputError
+from labutils.experiments import timeline as tl
+from labutils.show.timeline_view import draw_timeline
 
 matplotlib.use("Agg")
 
@@ -115,7 +116,7 @@ def test_a_real_ddp_step_on_two_gloo_ranks(tmp_path):
         loaded = json.loads(path.read_text())
         assert tl.events_frame(loaded)["kind"].eq("communication").any()
 
-    ax = tl.draw(events, title=run.what)
+    ax = draw_timeline(events, title=run.what)
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert any(label.startswith("rank 1 · CPU") for label in labels) and len(labels) >= 4
 

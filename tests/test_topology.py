@@ -6,9 +6,9 @@ import itertools
 import pytest
 import torch
 
-from labutils import topology as tp
-from labutils.inputs import LabInputError
-from labutils.links import LOW_KINDS, link_figure, load_link_table, nvlink_figure, pcie_figure
+from labutils.core.inputs import LabInputError
+from labutils.readers import topology as tp
+from labutils.readers.links import LOW_KINDS, link_figure, load_link_table, nvlink_figure, pcie_figure
 
 SAMPLES = tp.list_samples()
 NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (copy probes, peer access)")
@@ -219,7 +219,7 @@ def test_summary_json_shape():
 
 
 def test_nvml_and_peer_access_answer_without_a_gpu():
-    from labutils.copies import peer_access_matrix
+    from labutils.measure.copies import peer_access_matrix
 
     facts, why = tp.nvml_facts()
     if not torch.cuda.is_available():
@@ -229,7 +229,7 @@ def test_nvml_and_peer_access_answer_without_a_gpu():
 
 
 def test_host_copy_measures_a_positive_bandwidth():
-    from labutils.copies import measure_copies
+    from labutils.measure.copies import measure_copies
 
     frame = measure_copies(1 << 20, iters=2, progress=False)
     assert (frame.GBps > 0).all() and (frame.size_bytes == 1 << 20).all()
@@ -239,7 +239,7 @@ def test_host_copy_measures_a_positive_bandwidth():
 
 @NEEDS_GPU
 def test_gpu_copies_and_peer_matrix():
-    from labutils.copies import h2d_d2h, peer_access_matrix
+    from labutils.measure.copies import h2d_d2h, peer_access_matrix
 
     results = h2d_d2h(0, 16 << 20, iters=3)
     assert [r.kind for r in results] == ["H2D", "D2H"] and all(r.GBps > 0.1 for r in results)
@@ -260,7 +260,7 @@ def test_heatmap_draws_one_cell_per_gpu_pair():
     import matplotlib
 
     matplotlib.use("Agg")
-    from labutils.plots import topology_heatmap
+    from labutils.show.plots import topology_heatmap
 
     ax = topology_heatmap(tp.load_sample("eight_gpu_pcie_switches"))
     assert len(ax.texts) == 64 and len(ax.get_xticks()) == 8

@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labutils import budget
-from labutils import split_timing as st
-from labutils import validation as val
-from labutils.fit import LinkFit
-from labutils.inputs import LabInputError
-from labutils.tensor_parallel import LayerSize
+from labutils.core.inputs import LabInputError
+from labutils.experiments import split_timing as st
+from labutils.experiments import validation as val
+from labutils.experiments.tensor_parallel import LayerSize
+from labutils.model import budget
+from labutils.model.fit import LinkFit
 
 
 def test_time_layers_refuses_a_rank_count_that_does_not_divide_the_layer():

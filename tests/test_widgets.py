@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from labutils import budget as bm
-from labutils.results import save_result
-from labutils.widgets import budget_dashboard, budget_presets
+from labutils.core.results import save_result
+from labutils.model import budget as bm
+from labutils.show.widgets import budget_dashboard, budget_presets
 
 pytest.importorskip("ipywidgets")
 

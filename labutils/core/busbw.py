@@ -1,0 +1,135 @@
+"""The nccl-tests vocabulary and its bandwidth arithmetic (a leaf: imports no other lab module but
+the input checks and units). Notebooks 02-04 use it; the sweep, the parser and the table printer
+share these names and columns.
+
+Bandwidths (nccl-tests' doc/PERFORMANCE.md), GB/s = 1e9 bytes/s, time t in seconds:
+
+    algbw = S / t
+    busbw = algbw * factor,  factor = 2(N-1)/N  all_reduce
+                                      (N-1)/N   all_gather, reduce_scatter
+                                      1         broadcast
+
+S is nccl-tests' "size": the whole buffer. For all_reduce and broadcast that is count * elem
+bytes; for all_gather it is the gathered output (N * per-rank count * elem bytes) and for
+reduce_scatter the input being reduced (likewise N * per-rank count). The "count" column of
+all_gather and reduce_scatter is the per-rank count, as nccl-tests prints it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
+from labutils.core.units import format_size, parse_size
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+
+
+REDOPS = {"all_reduce": "sum", "all_gather": "none", "reduce_scatter": "sum", "broadcast": "none"}
+
+
+ROOTS = {"all_reduce": -1, "all_gather": -1, "reduce_scatter": -1, "broadcast": 0}
+
+
+# canonical name -> (nccl-tests type name, bytes per element)
+DTYPES = {"float32": ("float", 4), "float16": ("half", 2), "bfloat16": ("bfloat16", 2), "float64": ("double", 8),
+          "int32": ("int32", 4), "int64": ("int64", 8), "int8": ("int8", 1), "uint8": ("uint8", 1)}
+
+
+DTYPE_ALIASES = {"float": "float32", "half": "float16", "double": "float64", "fp32": "float32",
+                 "fp16": "float16", "bf16": "bfloat16", "int": "int32", "char": "int8"}
+
+
+# Row keys shared by the sweep and the nccl-tests parser (the --json/--csv columns).
+COLUMNS = ["op", "size_bytes", "count", "dtype", "redop", "root", "time_us", "algbw_GBps", "busbw_GBps",
+           "wrong", "world_size", "backend", "in_place"]
+
+
+SWEEP_EXTRA = ["device", "time_max_us", "busbw_slowest_GBps", "iters", "warmup"]
+
+
+def canonical_dtype(name: str) -> str:
+    """'float' -> 'float32', 'half' -> 'float16', ...; LabInputError for an unknown type."""
+    name = DTYPE_ALIASES.get(str(name).lower(), str(name).lower())
+    return check_choice("dtype", name, tuple(DTYPES))
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes per element: float32 4, bfloat16 and float16 2, float64 8, ... (aliases accepted)."""
+    return DTYPES[canonical_dtype(dtype)][1]
+
+
+def bus_factor(op: str, world_size):
+    """busbw / algbw for `op` on N ranks: 2(N-1)/N all_reduce, (N-1)/N all_gather and
+    reduce_scatter, 1 broadcast (nccl-tests). N=1 gives 0 for all but broadcast.
+
+    For all_reduce, 2(N-1)/N is also the share of the buffer each rank sends (and receives) in a
+    ring. A float for one N; numpy-vectorised over an array of N.
+    """
+    check_choice("op", op, OPS)
+    if np.ndim(world_size) == 0:
+        n = float(check_int("world_size", np.asarray(world_size).item(), low=1))
+    else:
+        check_range("world_size", world_size, low=1)
+        n = np.asarray(world_size, dtype=float)
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter"):
+        return (n - 1) / n
+    return 1.0 if np.ndim(n) == 0 else np.ones_like(n)
+
+
+def bandwidths_GBps(op: str, size_bytes: float, time_us: float, world_size: int) -> tuple[float, float]:
+    """(algbw, busbw) in decimal GB/s: algbw = size_bytes / time_us / 1e3; busbw = algbw * factor."""
+    if not time_us > 0:
+        return math.nan, math.nan
+    algbw = size_bytes / time_us / 1e3
+    return algbw, algbw * bus_factor(op, world_size)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Buffers of one collective call. `size_bytes` and `count` follow nccl-tests' columns;
+    `per_rank` is the element count each rank contributes (all_gather) or keeps (reduce_scatter)."""
+
+    op: str
+    dtype: str
+    world_size: int
+    count: int
+    per_rank: int
+    size_bytes: int
+
+
+def layout(op: str, size_bytes: int, dtype: str, world_size: int) -> Layout | None:
+    """The buffers nccl-tests uses for a requested size (rounded down to whole elements per rank).
+
+    None when the size holds no element per rank (e.g. 4 bytes of float across 3 ranks).
+    """
+    elem = element_bytes(dtype)
+    total = int(size_bytes) // elem
+    if op in ("all_gather", "reduce_scatter"):
+        per_rank = total // world_size
+        if per_rank == 0:
+            return None
+        return Layout(op, dtype, world_size, per_rank, per_rank, per_rank * world_size * elem)
+    if total == 0:
+        return None
+    return Layout(op, dtype, world_size, total, total, total * elem)
+
+
+def sweep_sizes(min_bytes, max_bytes, factor: int = 2) -> list[int]:
+    """min, min*f, min*f^2, ... <= max (nccl-tests' -b -e -f); sizes accept K/M/G (1024-based)."""
+    lo = parse_size(min_bytes, "min_bytes")
+    hi = parse_size(max_bytes, "max_bytes")
+    factor = check_int("factor", factor, low=2)
+    if lo < 1:
+        raise LabInputError(f"min_bytes={lo} is outside the allowed range [1, inf) bytes")
+    if lo > hi:
+        raise LabInputError(f"min_bytes={format_size(lo)} is larger than max_bytes={format_size(hi)}")
+    sizes = [lo]
+    while sizes[-1] * factor <= hi:
+        sizes.append(sizes[-1] * factor)
+    return sizes

@@ -1,0 +1,172 @@
+"""The time budget on the command line (`interconnect-lab budget`) and the article's worked cases
+(data/budget_cases.json, notebook 06): the files and printing around the pure labutils.model.budget.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from labutils.core.inputs import LabInputError
+from labutils.core.results import to_json
+from labutils.model.budget import (
+    BASE_CASE,
+    PARAMETERS,
+    RESULT_FIELDS,
+    WIRE_DTYPES,
+    Budget,
+    check_devices,
+    check_scalar,
+    comm_ms,
+    evaluate,
+    evaluate_n,
+    saved_fraction,
+    t_two_ms,
+    transfer_window_ms,
+    verdict,
+    wire_dtype_name,
+)
+
+CASES_FILE = Path(__file__).resolve().parent.parent / "data" / "budget_cases.json"
+
+
+def load_cases(path: str | Path = CASES_FILE) -> list[dict]:
+    """The worked cases of data/budget_cases.json: name, changes, inputs (all seven), printed figures."""
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    return [{**case, "inputs": {**doc["base_case"], **case.get("changes", {})}} for case in doc["cases"]]
+
+
+def case_figures(**inputs) -> dict:
+    """Every figure the article prints for one case: the Budget fields plus the intermediate steps
+    (one transfer's V/B, the split compute C/(2η), the saved share 1 − 1/(2η), and D in seconds)."""
+    figures = evaluate(**inputs).as_dict()
+    figures.pop("notes")
+    figures["transfer_ms"] = comm_ms(1, 0.0, inputs["volume_bytes"], inputs["bandwidth_GBps"])
+    figures["parallel_compute_ms"] = t_two_ms(0.0, inputs["C_ms"], inputs["eta"], 0, 0.0, 0, 1.0)
+    figures["saved_fraction"] = saved_fraction(inputs["eta"])
+    figures["D_s"] = transfer_window_ms(inputs["C_ms"], inputs["eta"], inputs["Q"], inputs["latency_ms"]) / 1e3
+    return figures
+
+
+def cases_table(path: str | Path = CASES_FILE):
+    """The worked cases as a pandas DataFrame: what changed, T1, H, T2, speedup, break-even."""
+
+
+    rows = []
+    for case in load_cases(path):
+        b = evaluate(**case["inputs"])
+        rows.append({"case": case["name"],
+                     "change": ", ".join(f"{k}={v:g}" for k, v in case.get("changes", {}).items()) or "-",
+                     "T1 (ms)": b.t_one_ms, "H (ms)": b.comm_ms, "T2 (ms)": b.t_two_ms,
+                     "speedup": b.speedup, "break-even C (ms)": b.break_even_C_ms,
+                     "article prints": ", ".join(f"{k} {v}" for k, v in case["printed"].items())})
+    return pd.DataFrame(rows).set_index("case")
+
+
+_FLAGS = {"S_ms": "--S-ms", "C_ms": "--C-ms", "eta": "--eta", "Q": "--Q", "latency_ms": "--latency-ms",
+          "volume_bytes": "--volume-bytes", "bandwidth_GBps": "--bandwidth-GBps"}
+
+
+_HELP = {"S_ms": "serial time that cannot be split (ms)", "C_ms": "divisible compute on one device (ms)",
+         "eta": "local efficiency of each half, in (0, 1]", "Q": "serialised communications",
+         "latency_ms": "startup cost of each communication (ms)",
+         "volume_bytes": "bytes on the critical path of each communication",
+         "bandwidth_GBps": "effective bandwidth (decimal GB/s)"}
+
+
+_LABELS = {"t_one_ms": ("one device, T1", "ms"), "t_two_ms": ("two devices, T2", "ms"),
+           "comm_ms": ("communication, H", "ms"), "speedup": ("speedup T1/T2", "x"),
+           "efficiency": ("two-device efficiency", ""), "break_even_C_ms": ("break-even C", "ms"),
+           "min_bandwidth_GBps": ("minimum bandwidth", "GB/s"), "min_eta": ("minimum eta", ""),
+           "overlap_bound_ms": ("overlap lower bound", "ms")}
+
+
+def _number(name: str, text) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise LabInputError(f"{name}={text!r} is not a number ({_FLAGS[name]})") from None
+
+
+def _labels(N: int) -> dict:
+    if N == 2:
+        return _LABELS
+    return {**_LABELS, "t_two_ms": (f"{N} devices, T_N", "ms"), "speedup": ("speedup T1/T_N", "x"),
+            "efficiency": (f"{N}-device efficiency", "")}
+
+
+def format_budget_table(params: dict, budget: Budget, N: int = 2, wire_dtype: str = "fp32") -> str:
+    """The readable report printed by `python -m labutils budget` (N devices and the wire dtype when not 2 / fp32)."""
+    check_scalar(budget, "format_budget_table")
+    shown = ", ".join(f"{name}={params[name]:.10g}" for name in PARAMETERS)
+    wire = wire_dtype_name(wire_dtype)
+    if N == 2 and wire == "fp32":
+        head = "Two-device time budget (a model, not a measurement)"
+    else:
+        head = (f"Time budget on N = {N} devices, a ring all-reduce per exchange, {wire} on the wire "
+                "(a model, not a measurement)")
+        shown += f", N={N}, wire_dtype={wire}"
+    lines = [head, f"inputs: {shown}", ""]
+    for name in RESULT_FIELDS:
+        label, unit = _labels(N)[name]
+        value = getattr(budget, name)
+        text = "never" if math.isinf(value) else f"{value:.6g} {unit}"
+        lines.append(f"  {label:<24} {text}".rstrip())
+    lines += ["", verdict(budget, N)]
+    lines += [f"note ({k}): {v}" for k, v in budget.notes.items()]
+    return "\n".join(lines)
+
+
+def _devices_arg(text) -> int:
+    if text is None:
+        return 2
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise LabInputError(f"N={text!r} is not a number (--N)") from None
+    try:
+        return check_devices(value)
+    except LabInputError:
+        raise LabInputError(f"N={text!r} is outside the allowed range: a whole number of devices >= 2 (--N)") from None
+
+
+def _cli(args) -> int:
+
+    params = {name: _number(name, getattr(args, name)) if getattr(args, name) is not None else BASE_CASE[name]
+              for name in PARAMETERS}
+    N = _devices_arg(args.N)
+    wire = "fp32" if args.wire_dtype is None else args.wire_dtype
+    try:
+        wire = wire_dtype_name(wire)
+    except LabInputError as exc:
+        raise LabInputError(f"{exc} (--wire-dtype)") from None
+    try:
+        budget = evaluate_n(**params, N=N, wire_dtype=wire)
+    except LabInputError as exc:
+        name = str(exc).split("=", 1)[0]
+        raise LabInputError(f"{exc} ({_FLAGS[name]})" if name in _FLAGS else str(exc)) from None
+    print(to_json(budget.as_dict()) if args.json else format_budget_table(params, budget, N, wire))
+    return 0
+
+
+def add_cli(sub) -> None:
+    """`python -m labutils budget [--S-ms ...] [--N 4] [--wire-dtype bf16] [--json]`
+    (defaults: the article's base case)."""
+    parser = sub.add_parser("budget", help="the time budget: T1, T2 (or T_N), speedup, break-even",
+                            description="Evaluate the time budget of splitting work over two (or N) devices. "
+                                        "Defaults are the article's base case; a 'never' is printed as never "
+                                        "(null in JSON).")
+    for name, flag in _FLAGS.items():
+        parser.add_argument(flag, dest=name, metavar="X", default=None,
+                            help=f"{_HELP[name]} [base case: {BASE_CASE[name]:g}]")
+    parser.add_argument("--N", dest="N", metavar="N", default=None,
+                        help="devices sharing the work, each exchange a ring all-reduce: H = Q((N-1)l + "
+                             "2(N-1)/N V/B) [2: the article's model]")
+    parser.add_argument("--wire-dtype", dest="wire_dtype", metavar="D", default=None,
+                        help=f"dtype on the wire, one of {', '.join(WIRE_DTYPES)}; V is counted in fp32, "
+                             "bf16/fp16 halve it [fp32]")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.set_defaults(func=_cli)

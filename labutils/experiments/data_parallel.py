@@ -1,0 +1,270 @@
+"""Data-parallel training, the experiments of notebook 08: launching steps on 1 and N ranks
+(labutils.experiments.ddp_step runs inside them), the summaries over steps, and measured against predicted
+(labutils.model.ddp_model) as tables. `measure_steps` also serves the CLI and benchmarks/ddp_prediction.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from labutils.core.inputs import LabInputError, check_choice, check_int
+from labutils.core.progress import rank_progress
+from labutils.core.units import format_size
+from labutils.experiments.ddp_step import DDP_SECTIONS, StepConfig, contention_worker, train_worker
+from labutils.measure.launch import launch, resolve_backend
+from labutils.model.ddp_model import DEFAULT_BUCKET_MB, bucket_comm_ms, is_between, mlp_bucket_sizes, predict_step
+
+# --- running it from the notebook, the CLI or a benchmark -----------------------------------------
+
+THREADS_PER_RANK = 1  # every rank, the one-rank baseline included: one "device" = one core here
+
+
+def measure_ddp_steps(configs: list[StepConfig], nproc: int, backend: str = "auto", device: str = "auto",
+            timeout_s: float = 600.0, progress: bool = True, ddp_reference: bool = True,
+            interleave: bool = True) -> pd.DataFrame:
+    """Run `configs` on `nproc` ranks in one launch; one row per timed step (times in ms, rank means).
+
+    `interleave` times the configurations in rounds, one step of each (see `train_worker`); it
+    keeps every model in memory at once.
+
+    On CPU every rank gets `THREADS_PER_RANK` thread(s), the one-rank run too: N ranks then use N
+    cores and one rank one core, so the speedup compares one worker with N workers, as one GPU
+    with N GPUs, and not one rank that may use every core with N ranks that share them.
+    """
+    return _launch(configs, nproc, backend, device, timeout_s, progress, ddp_reference, interleave)[0]
+
+
+def _launch(configs, nproc, backend, device, timeout_s, progress, ddp_reference=True, interleave=True,
+            contention: dict | None = None) -> tuple[pd.DataFrame, dict | None]:
+    """One launch of `configs` (and, when `contention` gives its model, the contention probe after
+    them): (steps frame, probe result or None)."""
+
+    nproc = check_int("nproc", nproc, low=1)
+    if not configs:
+        raise LabInputError("configs is empty: give at least one StepConfig")
+    choice = resolve_backend(backend, device, nproc)
+    with rank_progress(max(c.steps for c in configs), f"{nproc} rank(s), {choice.backend}/{choice.device}",
+                       progress, unit="step") as on_report:
+        results = launch(_run_worker, nproc, args=(list(configs),),
+                         kwargs={"ddp_reference": ddp_reference, "interleave": interleave, "contention": contention},
+                         backend=choice.backend, device=choice.device, timeout_s=timeout_s,
+                         threads_per_rank=THREADS_PER_RANK, on_report=on_report)
+    return pd.DataFrame(results[0]["rows"]), results[0]["contention"]
+
+
+def _run_worker(ctx, configs, ddp_reference: bool = True, interleave: bool = True,
+                contention: dict | None = None) -> dict:
+    """`train_worker`, then (with `contention`) `contention_worker`, in the same ranks."""
+    rows = train_worker(ctx, configs, ddp_reference, interleave)
+    probe = contention_worker(ctx, **contention) if contention else None
+    return {"rows": rows, "contention": probe}
+
+
+# --- why the bounds hold, or not: backward and the all-reduce, alone and together ----------------
+
+
+def contention_table(probe: dict) -> pd.DataFrame:
+    """The probe as a small table (ms): backward alone, the all-reduce alone, both together, against
+    ideal overlap (the longer of the two) and no overlap at all (their sum); `together / sum` near or
+    above 1 says the two did not overlap: they shared the same cores."""
+    b, c, both = probe["backward_ms"], probe["allreduce_ms"], probe["together_ms"]
+    rows = [("backward alone", b), ("all-reduce alone", c), ("both together, measured", both),
+            ("ideal overlap: max(backward, all-reduce)", max(b, c)), ("no overlap: backward + all-reduce", b + c)]
+    table = pd.DataFrame(rows, columns=["what", "ms"]).set_index("what")
+    table["vs no overlap"] = table["ms"] / (b + c)
+    return table
+
+
+def overlap_verdict(probe: dict, margin: float = 0.9) -> str:
+    """One sentence from the probe: did backward and the all-reduce overlap?
+
+    `together` at or above `margin` x (backward + all-reduce) means they ran one after the other
+    (or got in each other's way); near max(backward, all-reduce) means they overlapped.
+    """
+    b, c, both = probe["backward_ms"], probe["allreduce_ms"], probe["together_ms"]
+    hidden = (b + c - both) / min(b, c) if min(b, c) > 0 else 0.0
+    if both >= margin * (b + c):
+        return (f"No overlap: together {both:.3g} ms against {b:.3g} + {c:.3g} = {b + c:.3g} ms one after the "
+                f"other ({both / (b + c):.0%} of the sum). Backward and the all-reduce shared the same cores, so "
+                "the ideal-overlap bound does not apply here.")
+    return (f"Overlap: together {both:.3g} ms, below the sum {b + c:.3g} ms; {max(0.0, min(1.0, hidden)):.0%} of the "
+            f"shorter part was hidden (ideal: {max(b, c):.3g} ms).")
+
+
+def _p(q):
+    def f(s):
+        return float(np.nanpercentile(s, q)) if s.notna().any() else math.nan
+    f.__name__ = f"p{q}"
+    return f
+
+
+SUMMARY_KEYS = ["run", "mode", "world_size", "width", "depth", "batch_per_rank", "global_batch",
+                "bucket_cap_mb", "gradient_bytes", "backend", "device"]
+TIME_COLUMNS = ["step_ms", "step_max_ms", *DDP_SECTIONS, "exposed_comm_ms", "other_ms"]
+
+
+def summarize(steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: median, p10 and p90 over the timed steps of every time column (ms)."""
+    cols = [c for c in TIME_COLUMNS + ["backward_compute_ms", "flat_allreduce_ms"] if c in steps]
+    keys = [k for k in SUMMARY_KEYS if k in steps]
+    stats = steps.groupby(keys, dropna=False)[cols].agg(["median", _p(10), _p(90)])
+    stats.columns = [c if s == "median" else f"{c}_{s}" for c, s in stats.columns]
+    out = stats.reset_index()
+    out["steps"] = steps.groupby(keys, dropna=False).size().to_numpy()
+    out["compute_ms"] = out["forward_ms"] + out["backward_ms"] + out["optimizer_ms"]
+    if "backward_compute_ms" in out:  # for DDP: compute is backward without the sync
+        ddp = out["backward_compute_ms"].notna()
+        out.loc[ddp, "compute_ms"] = (out["forward_ms"] + out["backward_compute_ms"] + out["optimizer_ms"])[ddp]
+    return out
+
+
+# --- the experiments of notebook 08 ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataParallelRun:
+    """What `scaling_experiment` measured: the `summary` (one row per run, ms) and the `contention`
+    probe on N ranks (`contention_worker`, None when not asked for)."""
+
+    summary: pd.DataFrame
+    contention: dict | None = None
+
+
+def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: int = 2, steps: int = 10,
+                       warmup: int = 2, bucket_caps_mb=(), bucket_width: int | None = None,
+                       backend: str = "auto", device: str = "auto", min_time_s: float = 0.0,
+                       timeout_s: float = 600.0, progress: bool = True, contention: bool = True) -> DataParallelRun:
+    """Measure each model (one per width) every way; the summary, one row per run (ms).
+
+    One launch of 1 rank: each model at the per-rank batch b (weak-scaling baseline) and at the
+    global batch N b (strong-scaling baseline). One launch of N ranks at b per rank: DDP with the
+    default 25 MiB buckets and the no-overlap variant for each model, then DDP at each of
+    `bucket_caps_mb` for the model of `bucket_width` (default: the widest), then (`contention`) the
+    contention probe on the widest model.
+    """
+    widths = [int(w) for w in np.atleast_1d(widths)]
+    bucket_width = bucket_width or max(widths)
+    singles, many = [], []
+    for width in widths:
+        base = StepConfig(width, depth, batch_per_rank, "single", DEFAULT_BUCKET_MB, steps, warmup, min_time_s)
+        singles += [base, replace(base, batch_per_rank=batch_per_rank * nproc)]
+        many += [replace(base, mode="ddp"), replace(base, mode="no_overlap")]
+    base = replace(many[0], width=bucket_width, mode="ddp")
+    many += [replace(base, bucket_cap_mb=float(c)) for c in bucket_caps_mb if float(c) != DEFAULT_BUCKET_MB]
+    probe = {"width": max(widths), "depth": depth, "batch_per_rank": batch_per_rank} if contention else None
+    one = summarize(measure_ddp_steps(singles, 1, backend, device, timeout_s, progress))
+    steps_n, found = _launch(many, nproc, backend, device, timeout_s, progress, contention=probe)
+    n = summarize(steps_n)
+    n["run"] += len(one)
+    return DataParallelRun(pd.concat([one, n], ignore_index=True), found)
+
+
+def _single(summary: pd.DataFrame, run: pd.Series, batch: int) -> pd.Series:
+    """The one-rank run of the same model as `run`, at `batch`."""
+    rows = summary[(summary["mode"] == "single") & (summary["batch_per_rank"] == batch)
+                   & (summary["width"] == run["width"]) & (summary["depth"] == run["depth"])]
+    if rows.empty:
+        raise LabInputError(f"the summary has no one-rank run of width {run['width']} at batch {batch}")
+    return rows.iloc[0]
+
+
+def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Speedup and efficiency of each N-rank run with default buckets, weak and strong scaling.
+
+    weak (same b per rank):      speedup = N T1(b) / TN(b) (samples per second), efficiency = T1(b) / TN(b)
+    strong (same global batch):  speedup = T1(N b) / TN(b),                        efficiency = speedup / N
+    """
+    rows = []
+    runs = summary[(summary["mode"] != "single") & (summary["bucket_cap_mb"] == DEFAULT_BUCKET_MB)]
+    for _, run in runs.iterrows():
+        n, b = int(run["world_size"]), int(run["batch_per_rank"])
+        for kind, batch in (("weak", b), ("strong", n * b)):
+            t1 = float(_single(summary, run, batch)["step_ms"])
+            speedup = (n * t1 if kind == "weak" else t1) / run["step_ms"]
+            rows.append({"mode": run["mode"], "gradient_bytes": run["gradient_bytes"], "scaling": kind,
+                         "world_size": n, "one_rank_batch": batch, "one_rank_ms": t1, "n_rank_ms": run["step_ms"],
+                         "speedup": speedup, "efficiency": speedup / n})
+    return pd.DataFrame(rows)
+
+
+def _own_compute(run: pd.Series) -> dict:
+    """The N-rank run's own compute medians (ms): DDP's backward without sync, or no-overlap's backward."""
+    backward = run["backward_compute_ms"] if run["mode"] == "ddp" else run["backward_ms"]
+    return {"gradient_bytes": run["gradient_bytes"], "forward_ms": run["forward_ms"], "backward_ms": backward,
+            "optimizer_ms": run["optimizer_ms"]}
+
+
+def prediction_table(summary: pd.DataFrame, busbw_GBps: float, alpha_us: float,
+                     compute: str = "one_rank", sweep: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Predicted bounds against the measured step for every N-rank run (ms).
+
+    compute="one_rank": forward, backward and optimizer from the one-rank run of the same model at
+    the same per-rank batch (a true prediction). compute="n_rank": from the N-rank run itself
+    (backward without sync), which keeps what sharing the machine did to compute and tests only
+    the communication model. DDP all-reduces in `mlp_bucket_sizes` buckets, the no-overlap
+    variant in one.
+
+    The all-reduce: with `sweep` (a measured all_reduce sweep on the same rank count, covering the
+    buckets' sizes) each bucket's time is read off the measured curve (`bucket_comm_ms`);
+    `comm_line_ms` is the alpha-beta line's figure beside it, and `extrapolated` flags runs with a
+    bucket outside the measured range. Without `sweep` the line is the prediction.
+
+    `between`: overlap bound <= measured <= no-overlap bound; errors are |predicted - measured| /
+    measured. `comm_measured_ms` (no-overlap runs) is the all-reduce alone and `wait_ms` the wait
+    for the slowest rank, which the bounds leave out.
+    """
+    check_choice("compute", compute, ("one_rank", "n_rank"))
+    runs = summary[summary["mode"] != "single"]
+    if sweep is not None and set(sweep["world_size"]) != set(runs["world_size"]):
+        raise LabInputError(f"the sweep ran on {sorted(set(sweep['world_size']))} ranks but the steps on "
+                            f"{sorted(set(runs['world_size']))}: read the curve of the same rank count")
+    rows = []
+    for _, run in runs.iterrows():
+        width, depth, n = int(run["width"]), int(run["depth"]), int(run["world_size"])
+        sizes = [int(run["gradient_bytes"])] if run["mode"] == "no_overlap" else \
+            mlp_bucket_sizes(width, depth, run["bucket_cap_mb"])
+        source = _single(summary, run, int(run["batch_per_rank"])) if compute == "one_rank" else _own_compute(run)
+        line = predict_step(source, n, busbw_GBps, alpha_us, len(sizes))
+        pred, extrapolated = line, False
+        if sweep is not None:
+            comm, reading = bucket_comm_ms(sweep, sizes)
+            pred, extrapolated = replace(line, comm_ms=comm), reading.any_extrapolated
+        measured = float(run["step_ms"])
+        comm_measured = run["allreduce_ms"] if run["mode"] == "no_overlap" else math.nan
+        rows.append({"run": run["run"], "mode": run["mode"], "bucket_cap_mb": run["bucket_cap_mb"],
+                     "gradient_bytes": run["gradient_bytes"], "buckets": len(sizes), "compute_ms": pred.compute_ms,
+                     "backward_ms": pred.backward_ms, "comm_pred_ms": pred.comm_ms, "comm_line_ms": line.comm_ms,
+                     "extrapolated": extrapolated, "comm_measured_ms": comm_measured, "wait_ms": run["wait_ms"],
+                     "no_overlap_pred_ms": pred.no_overlap_ms,
+                     "overlap_pred_ms": pred.overlap_ms, "measured_ms": measured,
+                     "error_no_overlap": abs(pred.no_overlap_ms - measured) / measured,
+                     "error_overlap": abs(pred.overlap_ms - measured) / measured,
+                     "between": is_between(measured, pred)})
+    return pd.DataFrame(rows)
+
+
+def time_breakdown(summary: pd.DataFrame) -> pd.DataFrame:
+    """Where the median step went, per run (ms); the columns add up to `step_ms` exactly.
+
+    DDP's backward holds its exposed communication (waiting for the slowest rank included): it
+    is split into compute and exposed comm. The no-overlap variant times the wait on its own.
+    """
+    out = pd.DataFrame(index=summary.index)
+    out["label"] = [f"{format_size(r['gradient_bytes'])} grad, {r['mode']}, {r['world_size']} rank(s), "
+                    f"b={r['batch_per_rank']}" + (f", {r['bucket_cap_mb']:g} MiB buckets" if r["mode"] == "ddp" else "")
+                    for _, r in summary.iterrows()]
+    ddp = (summary["mode"] == "ddp").to_numpy()
+    exposed = summary["exposed_comm_ms"].fillna(0.0)
+    out["forward"] = summary["forward_ms"]
+    out["backward"] = np.where(ddp, summary["backward_ms"] - exposed, summary["backward_ms"])
+    out["wait for slowest rank"] = np.where(ddp, 0.0, summary["wait_ms"])
+    out["exposed comm"] = np.where(ddp, exposed, summary["allreduce_ms"])
+    out["optimizer"] = summary["optimizer_ms"]
+    out["other"] = summary["step_ms"] - out[["forward", "backward", "wait for slowest rank", "exposed comm",
+                                             "optimizer"]].sum(axis=1)
+    out["step_ms"] = summary["step_ms"]
+    return out.set_index("label")

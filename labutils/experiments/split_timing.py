@@ -1,0 +1,243 @@
+"""Timing the split layer on ranks (notebooks 05 and 07): the experiment whose rows
+labutils.experiments.validation holds the time budget against.
+
+Reading order:
+1. the sizes, a pure function of the route (`layer_plan`);
+2. the steps one rank times: the whole layer ("whole", rank 0 alone: T1), the split with one
+   all-reduce ("split": T2), the split's halves with no communication ("halves": the compute-only
+   run that gives an eta *before* the split is measured), a replica of the whole layer per rank
+   ("replica") and the split with the batch in chunks overlapping their all-reduces ("overlap");
+3. timing them interleaved repetition by repetition, so that load elsewhere on the machine hits
+   them alike (`time_layers` launches `time_layers_worker` on the ranks with
+   labutils.measure.launch.launch; one row per size, mode, chunk count and rank).
+
+The model side (inputs, predictions, break-even, tables) is labutils.experiments.validation; it reads the
+rows and never starts a process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass
+
+import numpy as np
+import pandas as pd
+
+from labutils.core.inputs import check_choice, check_int
+from labutils.core.progress import rank_progress
+from labutils.experiments.tensor_parallel import (
+    LayerSize,
+    MLPWeights,
+    as_size,
+    dist_all_reduce,
+    dist_world_size,
+    median_times,
+    mlp_input,
+    mlp_partial,
+    mlp_weights,
+    serial_tail,
+    shard,
+    split_columns,
+    timed_step,
+    tp_block_step,
+)
+from labutils.measure.harness import agree_iters
+from labutils.measure.launch import launch
+from labutils.measure.timing import barrier, line_up
+
+# --- 1. the sizes, a pure function of the route ------------------------------------------------------
+
+CPU_HIDDEN = (64, 96, 128, 192, 256, 384, 512, 768, 1024)
+GPU_HIDDEN = (256, 512, 1024, 2048, 4096, 6144)
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """The layer sizes of notebooks 05 and 07: `batch` rows, `hidden_sizes` for the sweep, the size
+    of the overlap study, its chunk counts, 05's one timed size, and why they suit the route."""
+
+    batch: int
+    hidden_sizes: tuple[int, ...]
+    overlap_size: tuple[int, int]
+    chunk_counts: tuple[int, ...]
+    timing_size: tuple[int, int]
+    why: str
+
+    @property
+    def sizes(self) -> list[tuple[int, int]]:
+        return [(self.batch, h) for h in self.hidden_sizes]
+
+
+def layer_plan(route, quick: bool) -> LayerPlan:
+    """The sizes for `route` (a machine.Route; only whether it computes on a GPU matters).
+
+    The block's work is 16 b H^2 flops (both linears, ffn = 4H), its all-reduce moves 4 b H bytes.
+    On a CPU core (~1e10 flop/s) hidden 64..1024 at b = 32 spans ~0.02 to ~5 ms of compute against
+    gloo's fraction of a millisecond: the break-even falls inside. A GPU does ~6.7e13 fp32 flop/s,
+    so the same sizes take microseconds; b = 512 and hidden 256..6144 span ~10 us to ~5 ms, which
+    crosses NCCL's break-even, and on ranks sharing one GPU (eta near 0.5) shows the budget's
+    "never" with its numbers.
+    """
+    if getattr(route, "on_gpu", False):
+        hidden = (512, 2048, 4096) if quick else GPU_HIDDEN
+        return LayerPlan(512, hidden, (512, 4096), (1, 2, 4) if quick else (1, 2, 4, 8), (512, 4096),
+                         "GPU: 512 rows and hidden up to 6144, so compute reaches milliseconds")
+    hidden = tuple(sorted(set(CPU_HIDDEN[::2]) | set(CPU_HIDDEN[1::4]))) if quick else CPU_HIDDEN
+    return LayerPlan(32, hidden, (64, 512), (1, 2, 4) if quick else (1, 2, 4, 8), (32, 512),
+                     "CPU: 32 rows and hidden up to 1024, compute from microseconds to milliseconds per core")
+
+
+# --- 2. the steps one rank times ------------------------------------------------------------------------
+
+LAYER_MODES = ("whole", "split", "halves", "replica", "overlap")
+
+
+def overlap_step(x, w: MLPWeights, activation: str, chunks: int, timer):
+    """The split step with the batch cut into `chunks`: the all-reduce of chunk i runs (async)
+    while chunk i+1 computes; the waits at the end are the communication left exposed.
+    """
+    import torch
+
+    pieces, handles = [], []
+    for xs in torch.chunk(x, chunks, dim=0):
+        with timer.section("compute"):
+            y = mlp_partial(xs, w, activation)
+        pieces.append(y)
+        with timer.section("communication"):  # issuing the all-reduce costs the caller time too
+            if dist_world_size() > 1:
+                handles.append(dist_all_reduce(y, async_op=True))
+    with timer.section("communication"):
+        for h in handles:
+            h.wait()
+    with timer.section("serial"):
+        return serial_tail(x, torch.cat(pieces, dim=0), w.b2)
+
+
+# --- 3. timing them interleaved ----------------------------------------------------------------------
+
+def _time_one_repetition(ctx, mode: str, step):
+    """One aligned repetition of `step`: StepTimes on the ranks taking part, None elsewhere.
+
+    "whole" runs on rank 0 alone while the other ranks wait, idle, in the closing barrier.
+    Modes that communicate start after one untimed step (timing.line_up); the others after a barrier.
+    """
+
+    communicates = mode in ("split", "overlap")
+    line_up(ctx.device, (lambda: timed_step(step, ctx.device)) if communicates else None)
+    times = timed_step(step, ctx.device)[1] if mode != "whole" or ctx.rank == 0 else None
+    if mode == "whole":
+        barrier(ctx.device)
+    return times
+
+
+def _time_interleaved(ctx, steps: dict, warmup: int, min_reps: int, max_reps: int, target_ms: float) -> dict:
+    """Time every variant in `steps` ({(mode, chunks): step}) in turn, repetition by repetition.
+
+    Interleaving pairs the samples in time: a burst of load elsewhere on the machine hits the
+    one-rank and the split runs alike. Warm-up is not timed; rank 0 turns its warm-up into a
+    repetition count (about `target_ms` for all variants together) and broadcasts it.
+    Returns {variant: (this rank's StepTimes list, [step_ms, compute_slowest_ms] per repetition)},
+    where step_ms is the slowest rank's total and compute_slowest_ms the slowest rank's compute
+    (all-reduce MAX; for "whole", rank 0's own), or {} on ranks that did not take part.
+    """
+    import torch
+    import torch.distributed as dist
+
+    warm = {v: [] for v in steps}
+    for _ in range(warmup):
+        for v, step in steps.items():
+            t = _time_one_repetition(ctx, v[0], step)
+            warm[v].append(t.total_ms if t else 0.0)
+    probe_ms = sum(float(np.median(w)) for w in warm.values()) if warmup else 0.0
+    reps = agree_iters(probe_ms, target_ms, min_reps, max_reps, ctx.device)
+    samples = {v: [] for v in steps}
+    for _ in range(reps):
+        for v, step in steps.items():
+            samples[v].append(_time_one_repetition(ctx, v[0], step))
+    out = {}
+    for v, times in samples.items():
+        if v[0] == "whole" and ctx.rank != 0:
+            continue
+        slowest = torch.tensor([[t.total_ms for t in times], [t.compute_ms for t in times]],
+                               dtype=torch.float64, device=ctx.device)
+        if v[0] != "whole" and dist_world_size() > 1:
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        out[v] = (times, slowest.cpu().tolist())
+    return out
+
+
+def _step_for(ctx, full: MLPWeights, part: MLPWeights, size: LayerSize, mode: str, chunks: int, seed: int,
+              dtype: str, activation: str):
+    """The step function one rank times for `mode` (see time_layers_worker)."""
+    alone = mode in ("whole", "replica")
+    w = full if alone else part
+    x = mlp_input(size.batch, size.hidden, seed + (ctx.rank if mode == "replica" else 0), dtype, ctx.device)
+    if mode == "overlap":
+        return lambda timer: overlap_step(x, w, activation, chunks, timer)
+    return lambda timer: tp_block_step(x, w, activation, timer, reduce=mode == "split")
+
+
+def time_layers_worker(ctx, sizes, modes=("whole", "split"), chunks=(1,), seed: int = 0, dtype: str = "float32",
+                       activation: str = "relu", warmup: int = 3, min_reps: int = 5, max_reps: int = 200,
+                       target_ms: float = 200.0) -> list[dict]:
+    """For every size, time all modes interleaved repetition by repetition (see `_time_interleaved`).
+
+    "whole": rank 0 alone runs the whole layer while the other ranks wait in a barrier (T1);
+    "split": every rank its shard and one all-reduce (T2);
+    "halves": every rank its shard and no all-reduce (the split's compute alone, for eta);
+    "replica": every rank the whole layer on its own input, no communication (two replicas);
+    "overlap": the split with k in `chunks` asynchronous all-reduces overlapping the compute.
+    One dict per (size, mode, k) and rank taking part: the rank's median serial / compute /
+    communication / total, `step_ms`, the median over repetitions of the slowest rank's total
+    (what the step took), and `compute_slowest_ms`, the same for the compute part (each step
+    waits for the slower half).
+    """
+    for mode in modes:
+        check_choice("mode", mode, LAYER_MODES)
+    variants = [(mode, int(k)) for mode in modes for k in (chunks if mode == "overlap" else (1,))]
+    rows = []
+    for i, raw in enumerate(sizes):
+        size = as_size(raw)
+        full = mlp_weights(size.hidden, size.ffn, seed, dtype, ctx.device)
+        part = shard(full, ctx.rank, ctx.world_size)
+        steps = {v: _step_for(ctx, full, part, size, *v, seed, dtype, activation) for v in variants}
+        for (mode, k), (samples, (step_ms, compute_ms)) in _time_interleaved(ctx, steps, warmup, min_reps,
+                                                                            max_reps, target_ms).items():
+            rows.append({"rank": ctx.rank, "ranks": 1 if mode == "whole" else ctx.world_size, "mode": mode,
+                         "chunks": k, "batch": size.batch, "hidden": size.hidden, "ffn": size.ffn, "dtype": dtype,
+                         "reps": len(samples), **median_times(samples), "step_ms": float(np.median(step_ms)),
+                         "step_p90_ms": float(np.percentile(step_ms, 90)),
+                         "compute_slowest_ms": float(np.median(compute_ms))})
+        ctx.report({"done": i + 1, "of": len(sizes)})
+    return rows
+
+
+def time_layers(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str = "gloo", device: str = "cpu",
+                threads_per_rank: int | None = None, chunks=(1,), quick: bool = True, seed: int = 0,
+                dtype: str = "float32", progress: bool = False, timeout_s: float = 600.0) -> pd.DataFrame:
+    """Launch `time_layers_worker` on `nproc` ranks; one row per (size, mode, chunks, rank).
+
+    `modes` from LAYER_MODES (see time_layers_worker): ("whole", "halves") is the run notebook 07
+    predicts from, before ("whole", "split") is measured.
+
+    CPU placement is the launcher's plan for `nproc` ranks (labutils.measure.placement), with
+    `threads_per_rank` threads when given. "whole" runs on rank 0 of the same launch, so the
+    one-rank baseline has the CPUs and threads of one rank of the split: "one device" is the same
+    on both sides.
+    quick: 2 warm-up rounds and about 300 ms of repetitions (5..100) per size; else 5 and 2 s (15..400).
+    """
+
+    nproc = check_int("nproc", nproc, low=1)
+    for s in sizes:
+        split_columns(as_size(s).ffn, nproc, "nproc")  # refuse here, not in every rank
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)
+    for mode in modes:
+        check_choice("mode", mode, LAYER_MODES)
+    chunks = tuple(check_int("chunks", k, low=1) for k in np.atleast_1d(chunks).tolist())
+    kwargs = {"sizes": [astuple(as_size(s)) for s in sizes], "modes": modes, "chunks": chunks, "seed": seed,
+              "dtype": dtype, "warmup": 2 if quick else 5, "min_reps": 5 if quick else 15,
+              "max_reps": 100 if quick else 400, "target_ms": 300.0 if quick else 2000.0}
+    with rank_progress(len(sizes), f"{'+'.join(modes)} on {nproc} rank(s)", progress, unit="size",
+                       leave=True) as on_report:
+        per_rank = launch(time_layers_worker, nproc, kwargs=kwargs, backend=backend, device=device,
+                          timeout_s=timeout_s, threads_per_rank=threads_per_rank, on_report=on_report)
+    return pd.DataFrame([row for rows in per_rank for row in rows])

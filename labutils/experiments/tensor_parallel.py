@@ -1,0 +1,417 @@
+"""Tensor parallelism: the article's toy split, a Megatron-style MLP block on N ranks, and its timing.
+
+Reading order:
+1. the toy split, in exact integers: A by columns, B by rows, one sum at the end; and the wrong
+   split that sums pre-activations across ReLU;
+2. the MLP block  out = LayerNorm(x + act(x W1 + b1) W2 + b2): W1 split by columns, W2 by rows,
+   ONE all-reduce of the (batch x hidden) output; residual, b2 and LayerNorm are serial work that
+   every rank repeats on the full output;
+3. floating point: the same layer in float32 / bfloat16 / float16 with other summation orders,
+   against a float64 reference, and the dtype-aware tolerance used to check a split;
+4. a step timer: serial + compute + communication = total, per rank;
+5. `python -m labutils tp-check`: the split block on N ranks, checked against the whole (the
+   backward check, with f and g, is labutils.experiments.megatron).
+
+Timing the split on ranks is labutils.experiments.split_timing; holding the two-device budget against
+it, labutils.experiments.validation.
+
+Workers (functions a spawned rank runs) live here and are started with `labutils.measure.launch.launch`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import astuple, dataclass
+
+import numpy as np
+import pandas as pd
+
+from labutils.core.busbw import element_bytes
+from labutils.core.inputs import LabInputError, check_choice, check_int
+from labutils.measure.buffers import torch_dtype
+from labutils.measure.launch import launch
+from labutils.measure.timing import SectionTimer
+
+# --- 1. the toy split (exact integers) ----------------------------------------------------------
+
+# x (1x2), A (2x4), ReLU, B (4x2). Pre-activations x A = [1, 1, -1, 4]: the third is 2 - 3 < 0.
+TOY_X = np.array([[1, -1]], dtype=np.int64)
+TOY_A = np.array([[2, 3, 2, 3],
+                  [1, 2, 3, -1]], dtype=np.int64)
+TOY_B = np.array([[2, -1],
+                  [-1, 2],
+                  [1, 3],
+                  [-1, 2]], dtype=np.int64)
+
+
+def relu(v):
+    """max(v, 0) elementwise, for numpy integer or float arrays."""
+    return np.maximum(v, 0)
+
+
+def toy_whole(x=TOY_X, A=TOY_A, B=TOY_B) -> np.ndarray:
+    """The whole network on one device: ReLU(x A) B."""
+    return relu(x @ A) @ B
+
+
+@dataclass(frozen=True)
+class ToySplit:
+    """Per device d: its pre-activations x A_d, hidden ReLU(x A_d) and contribution ReLU(x A_d) B_d."""
+
+    pre_activations: tuple[np.ndarray, ...]
+    hidden: tuple[np.ndarray, ...]
+    contributions: tuple[np.ndarray, ...]
+
+    @property
+    def total(self) -> np.ndarray:
+        """What the all-reduce produces: the sum of the contributions."""
+        return sum(self.contributions[1:], self.contributions[0])
+
+
+def split_columns(n_columns: int, parts: int, name: str = "parts") -> list[slice]:
+    parts = check_int(name, parts, low=1, high=n_columns)
+    if n_columns % parts:
+        raise LabInputError(f"{name}={parts} must divide the {n_columns} columns being split evenly")
+    width = n_columns // parts
+    return [slice(d * width, (d + 1) * width) for d in range(parts)]
+
+
+def toy_split(x=TOY_X, A=TOY_A, B=TOY_B, parts: int = 2) -> ToySplit:
+    """Column-parallel A, row-parallel B: device d owns A[:, cols_d] and B[cols_d, :].
+
+    ReLU acts on each device's own hidden columns, which are whole values, so no exchange is
+    needed before it; the only sum is of the final contributions (one all-reduce).
+    """
+    pre, hid, con = [], [], []
+    for cols in split_columns(A.shape[1], parts):
+        p = x @ A[:, cols]
+        pre.append(p)
+        hid.append(relu(p))
+        con.append(relu(p) @ B[cols, :])
+    return ToySplit(tuple(pre), tuple(hid), tuple(con))
+
+
+def toy_wrong_split(x=TOY_X, A=TOY_A, B=TOY_B) -> ToySplit:
+    """The split that fails: A by rows (x by columns), ReLU applied to partial pre-activations.
+
+    Device d holds x[:, d] A[d, :], only a partial sum of each pre-activation; applying ReLU
+    before summing computes ReLU(a) + ReLU(b) where the network needs ReLU(a + b).
+    """
+    pre, hid, con = [], [], []
+    for d in range(A.shape[0]):
+        p = x[:, d:d + 1] @ A[d:d + 1, :]
+        pre.append(p)
+        hid.append(relu(p))
+        con.append(relu(p) @ B)
+    return ToySplit(tuple(pre), tuple(hid), tuple(con))
+
+
+def relu_of_sum_vs_sum_of_relu(a: int = 2, b: int = -3) -> tuple[int, int]:
+    """(ReLU(a + b), ReLU(a) + ReLU(b)): (0, 2) for the article's 2 and -3."""
+    return int(relu(a + b)), int(relu(a) + relu(b))
+
+
+def toy_worker(ctx) -> dict:
+    """Rank r computes its toy contribution in int64 and all-reduces it: every rank gets [-3, 9]."""
+    import torch
+    import torch.distributed as dist
+
+    cols = split_columns(TOY_A.shape[1], ctx.world_size, "world_size")[ctx.rank]
+    part = toy_split(TOY_X, TOY_A[:, cols], TOY_B[cols, :], parts=1)
+    contribution = torch.as_tensor(part.contributions[0], device=ctx.device)
+    total = contribution.clone()
+    dist.all_reduce(total)
+    return {"rank": ctx.rank, "columns": (cols.start, cols.stop), "pre_activation": part.pre_activations[0].tolist(),
+            "contribution": contribution.cpu().tolist(), "total": total.cpu().tolist()}
+
+
+# --- 2. the Megatron-style MLP block ----------------------------------------------------------------
+
+LAYER_DTYPES = ("float64", "float32", "bfloat16", "float16")  # the layer's dtypes (names: labutils.core.busbw)
+ACTIVATIONS = ("relu", "gelu")
+
+
+@dataclass(frozen=True)
+class LayerSize:
+    """One layer of the sweep: `batch` rows of width `hidden`, an MLP of width `ffn` (default 4 hidden)."""
+
+    batch: int
+    hidden: int
+    ffn: int = 0
+
+    def __post_init__(self):
+        check_int("batch", self.batch, low=1)
+        check_int("hidden", self.hidden, low=1)
+        if self.ffn == 0:
+            object.__setattr__(self, "ffn", 4 * self.hidden)
+        check_int("ffn", self.ffn, low=1)
+
+    @property
+    def flops(self) -> float:
+        """Multiply-adds of both linears, counted as 2 flops each: 2 * 2 * batch * hidden * ffn."""
+        return 4.0 * self.batch * self.hidden * self.ffn
+
+    def output_bytes(self, dtype_name: str = "float32") -> int:
+        """Bytes of the all-reduced output, batch x hidden elements: the budget's V."""
+        return self.batch * self.hidden * element_bytes(dtype_name)
+
+
+def as_size(size) -> LayerSize:
+    """A LayerSize from a LayerSize, a (batch, hidden[, ffn]) tuple or a dict."""
+    if isinstance(size, LayerSize):
+        return size
+    if isinstance(size, dict):
+        return LayerSize(**size)
+    return LayerSize(*size)
+
+
+@dataclass(frozen=True)
+class MLPWeights:
+    """Full (or sharded) weights: W1 (hidden x ffn), b1 (ffn), W2 (ffn x hidden), b2 (hidden)."""
+
+    W1: object
+    b1: object
+    W2: object
+    b2: object
+
+
+def mlp_weights(hidden: int, ffn: int, seed: int = 0, dtype: str = "float32", device: str = "cpu") -> MLPWeights:
+    """Deterministic full weights from `seed`, scaled 1/sqrt(fan_in) so outputs stay near 1.
+
+    Drawn in float64 on the CPU and then cast, so every rank (and every dtype) slices the same
+    numbers.
+    """
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    f64 = torch.float64
+    W1 = torch.randn(hidden, ffn, generator=g, dtype=f64) / math.sqrt(hidden)
+    b1 = torch.randn(ffn, generator=g, dtype=f64) * 0.1
+    W2 = torch.randn(ffn, hidden, generator=g, dtype=f64) / math.sqrt(ffn)
+    b2 = torch.randn(hidden, generator=g, dtype=f64) * 0.1
+    dt = torch_dtype(dtype)
+    return MLPWeights(*(t.to(device=device, dtype=dt) for t in (W1, b1, W2, b2)))
+
+
+def mlp_input(batch: int, hidden: int, seed: int = 0, dtype: str = "float32", device: str = "cpu"):
+    """Deterministic input x (batch x hidden), standard normal, from `seed` (other stream than the weights)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed + 1_000_003)
+    return torch.randn(batch, hidden, generator=g, dtype=torch.float64).to(device=device, dtype=torch_dtype(dtype))
+
+
+def shard(weights: MLPWeights, rank: int, world_size: int) -> MLPWeights:
+    """Rank `rank`'s slice: W1 and b1 by columns (column-parallel), W2 by rows (row-parallel).
+
+    b2 is kept whole: it is added once, after the all-reduce.
+    """
+    ffn = weights.W1.shape[1]
+    cols = split_columns(ffn, world_size, "world_size")[rank]
+    return MLPWeights(weights.W1[:, cols].contiguous(), weights.b1[cols].contiguous(),
+                      weights.W2[cols, :].contiguous(), weights.b2)
+
+
+def _activation(name: str):
+    import torch.nn.functional as F
+
+    return {"relu": F.relu, "gelu": F.gelu}[check_choice("activation", name, ACTIVATIONS)]
+
+
+def mlp_partial(x, w: MLPWeights, activation: str = "relu"):
+    """One rank's contribution act(x W1_r + b1_r) W2_r, before the all-reduce (no b2)."""
+    return _activation(activation)(x @ w.W1 + w.b1) @ w.W2
+
+
+def serial_tail(x, y_sum, b2):
+    """The work every rank repeats on the full output: residual, bias and LayerNorm."""
+    import torch.nn.functional as F
+
+    z = x + y_sum + b2
+    return F.layer_norm(z, z.shape[-1:])
+
+
+def mlp_block(x, weights: MLPWeights, activation: str = "relu"):
+    """The whole block on one device: LayerNorm(x + act(x W1 + b1) W2 + b2)."""
+    return serial_tail(x, mlp_partial(x, weights, activation), weights.b2)
+
+
+def summed_partials(x, weights: MLPWeights, shards: int, activation: str = "relu", reverse: bool = False):
+    """The MLP output (before the tail) as the sum of `shards` partials, added one by one in the
+    layer's dtype (ranks 0..N-1, or N-1..0 with `reverse`): a split's summation order on one device.
+    """
+    parts = [mlp_partial(x, shard(weights, r, shards), activation) for r in range(shards)]
+    if reverse:
+        parts = parts[::-1]
+    total = parts[0].clone()
+    for p in parts[1:]:
+        total += p
+    return total + weights.b2
+
+
+def dist_world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def dist_all_reduce(t, async_op: bool = False):
+    """Sum `t` in place over all ranks (torch.distributed.all_reduce); a handle with `async_op`."""
+    import torch.distributed as dist
+
+    return dist.all_reduce(t, async_op=async_op)
+
+
+def tp_block_step(x, w: MLPWeights, activation: str, timer, reduce: bool = True):
+    """One tensor-parallel step on this rank, timed in three sections (all ranks call it together).
+
+    compute: act(x W1_r + b1_r) W2_r; communication: all_reduce(sum) of the batch x hidden output;
+    serial: residual + b2 + LayerNorm on the full output. With one rank (or `reduce=False`,
+    a rank holding the whole layer) there is nothing to reduce and the step is the whole layer.
+    """
+    with timer.section("compute"):
+        y = mlp_partial(x, w, activation)
+    with timer.section("communication"):
+        if reduce and dist_world_size() > 1:
+            dist_all_reduce(y)
+    with timer.section("serial"):
+        return serial_tail(x, y, w.b2)
+
+
+# --- 3. floating point -------------------------------------------------------------------------
+
+def eps(dtype: str) -> float:
+    """Machine epsilon (spacing of numbers at 1): float32 1.19e-7, bfloat16 7.8e-3, float16 9.8e-4."""
+    import torch
+
+    return float(torch.finfo(torch_dtype(dtype)).eps)
+
+
+def tolerance(dtype: str, reduce_len: int, shards: int = 2) -> float:
+    """Largest accepted max|a - b| / max|b| between two results of the same layer in `dtype`.
+
+    2 eps_acc sqrt(K) + eps (N + 1): the first term for the K-long dot products, accumulated in
+    float32 for the half types (eps_acc = float32's eps) and in the dtype itself otherwise; the
+    second for rounding each of the N partials and their sum to `dtype` (half an eps each, twice
+    over for the two linears). bfloat16, K = 1024, N = 2: 0.023; float32: 8e-6.
+    """
+    check_int("reduce_len", reduce_len, low=1)
+    check_int("shards", shards, low=1)
+    acc = "float32" if dtype in ("bfloat16", "float16") else dtype
+    return 2.0 * eps(acc) * math.sqrt(reduce_len) + eps(dtype) * (shards + 1)
+
+
+def compare(y, ref) -> dict:
+    """max/mean absolute difference of y against ref, and both relative to max|ref| (in float64)."""
+    a = y.double()
+    b = ref.double().to(a.device)
+    diff = (a - b).abs()
+    scale = float(b.abs().max()) or 1.0
+    return {"max_abs": float(diff.max()), "mean_abs": float(diff.mean()),
+            "max_rel": float(diff.max()) / scale, "mean_rel": float(diff.mean()) / scale}
+
+
+def precision_study(size=(32, 256), dtypes=("float32", "bfloat16", "float16"), shard_counts=(1, 2, 4, 8),
+                    seed: int = 0, activation: str = "relu", device: str = "cpu") -> pd.DataFrame:
+    """The MLP output (x W1 -> act -> W2, + b2) in each dtype and summation order, against float64.
+
+    Rows: dtype, shards, order ("ranks 0..N-1" or reversed), difference to the float64 whole
+    (max_abs, mean_abs, max_rel, mean_rel), `vs_whole_rel` = max_rel against the same dtype's
+    one-device result, and `tolerance` (see `tolerance`) with `within` = vs_whole_rel <= tolerance.
+    """
+    size = as_size(size)
+    ref_w = mlp_weights(size.hidden, size.ffn, seed, "float64", device)
+    ref = summed_partials(mlp_input(size.batch, size.hidden, seed, "float64", device), ref_w, 1, activation)
+    rows = []
+    for dtype in dtypes:
+        w = mlp_weights(size.hidden, size.ffn, seed, dtype, device)
+        x = mlp_input(size.batch, size.hidden, seed, dtype, device)
+        whole = summed_partials(x, w, 1, activation)
+        for n in shard_counts:
+            for reverse in ((False, True) if n > 2 else (False,)):
+                y = summed_partials(x, w, n, activation, reverse)
+                tol = tolerance(dtype, max(size.hidden, size.ffn), n)
+                vs_whole = compare(y, whole)["max_rel"]
+                order = f"ranks {n - 1}..0" if reverse else f"ranks 0..{n - 1}"
+                rows.append({"dtype": dtype, "shards": n, "order": order, **compare(y, ref), "vs_whole_rel": vs_whole,
+                             "tolerance": tol, "within": vs_whole <= tol})
+    return pd.DataFrame(rows)
+
+
+def tp_check_worker(ctx, size=(8, 64), seed: int = 0, dtypes=("float32",), activation: str = "relu") -> list[dict]:
+    """Run the split block on this rank (one all-reduce) in each dtype and compare it with the whole.
+
+    Every rank draws the same full weights from `seed`, keeps its slices, and also computes the
+    whole block locally as the reference. `ok` = max_rel <= tolerance(dtype, K, N).
+    """
+
+    size = as_size(size)
+    rows = []
+    for dtype in dtypes:
+        full = mlp_weights(size.hidden, size.ffn, seed, dtype, ctx.device)
+        x = mlp_input(size.batch, size.hidden, seed, dtype, ctx.device)
+        out = tp_block_step(x, shard(full, ctx.rank, ctx.world_size), activation, SectionTimer(ctx.device))
+        diff = compare(out, mlp_block(x, full, activation))
+        tol = tolerance(dtype, max(size.hidden, size.ffn), ctx.world_size)
+        rows.append({"rank": ctx.rank, "world_size": ctx.world_size, "dtype": dtype, **diff, "tolerance": tol,
+                     "ok": diff["max_rel"] <= tol, "device": ctx.device, "backend": ctx.backend})
+    return rows
+
+
+def run_tp_check(nproc: int = 2, size=(8, 64), dtypes=("float32",), seed: int = 0, backend: str = "gloo",
+                 device: str = "cpu", activation: str = "relu", timeout_s: float = 120.0) -> pd.DataFrame:
+    """Launch `tp_check_worker` on `nproc` ranks; one row per (dtype, rank)."""
+
+    dtypes = (dtypes,) if isinstance(dtypes, str) else tuple(dtypes)
+    split_columns(as_size(size).ffn, nproc, "nproc")  # refuse here, not in every rank
+    per_rank = launch(tp_check_worker, nproc, kwargs={"size": astuple(as_size(size)), "seed": seed, "dtypes": dtypes,
+                                                      "activation": activation},
+                      backend=backend, device=device, timeout_s=timeout_s)
+    return pd.DataFrame([row for rows in per_rank for row in rows]).sort_values(["dtype", "rank"], ignore_index=True)
+
+
+# --- 4. the step timer ----------------------------------------------------------------------------
+
+TP_SECTIONS = ("serial", "compute", "communication")
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """One step on one rank, in ms: serial + compute + communication == total.
+
+    `gap_ms` is the time between the timed sections (Python overhead), counted in `serial_ms`
+    so that the three parts add up to the total measured around the whole step.
+    """
+
+    serial_ms: float
+    compute_ms: float
+    communication_ms: float
+    total_ms: float
+    gap_ms: float
+
+
+def timed_step(step, device: str = "cpu"):
+    """Run `step(timer)` once inside a "total" section; returns (step's result, StepTimes).
+
+    `step` times its parts with `timer.section(name)` for name in TP_SECTIONS (a part may be absent).
+    On CUDA the sections are CUDA events on the current stream, on the CPU perf_counter intervals.
+    """
+
+    timer = SectionTimer(device)
+    with timer.section("total"):
+        result = step(timer)
+    totals = timer.totals_ms()
+    unknown = set(totals) - set(TP_SECTIONS) - {"total"}
+    if unknown:
+        raise LabInputError(f"unknown timer section(s) {sorted(unknown)}; use {TP_SECTIONS}")
+    total = totals["total"]
+    parts = {name: totals.get(name, 0.0) for name in TP_SECTIONS}
+    gap = max(0.0, total - sum(parts.values()))
+    serial = total - parts["compute"] - parts["communication"]
+    return result, StepTimes(serial, parts["compute"], parts["communication"], total, gap)
+
+
+def median_times(samples: list[StepTimes]) -> dict:
+    """Median of each part over repetitions; `total_ms` is the median total (parts then need not sum)."""
+    frame = pd.DataFrame([s.__dict__ for s in samples])
+    return {col: float(frame[col].median()) for col in frame.columns}

@@ -1,0 +1,331 @@
+"""The two-device budget held against a measured split layer (notebook 07): the model side.
+
+The rows it reads come from labutils.experiments.split_timing (one per size, mode and rank); nothing here
+starts a process. Reading order:
+1. the rows collapsed over ranks (`per_size`), and the one-rank row paired with a two-rank row;
+2. the budget's inputs for one size: S and C from the one-rank run (T1 = S + C), Q = 1 all-reduce
+   of V = the output's bytes, latency and bandwidth from the link fitted in notebook 04
+   (labutils.measure.my_link: `LinkFit.budget_params`), never from the timings predicted; and eta, from
+   one of two places, which makes two views of the same T2:
+   - **a priori** (`apriori_table`): eta stated before the split runs, 1 (perfect halves) or
+     C / (2 C_half) measured in a separate run of the split's halves with no communication
+     ("halves"). The split run is not read, so its T2 and the break-even size are predicted;
+   - **after the fact** (`validation_table`): eta = C / (2 C_rank) with C_rank the split run's own
+     compute. Whenever that eta is <= 1 the predicted compute C / (2 eta) *is* the measured split
+     compute, and only S and l + V/B are predicted: a decomposition of T2, not a forecast;
+3. predicted against measured: both views per size (`compare_views`) and in one table of errors
+   and break-evens (`views_summary`); the break-even size; overlap of chunked all-reduces with
+   compute; two replicas against one split layer; the hand-in summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from labutils.core.inputs import LabInputError
+from labutils.experiments.tensor_parallel import LayerSize
+from labutils.model import budget
+
+# --- 1. rows collapsed over ranks -----------------------------------------------------------------------
+
+def per_size(frame: pd.DataFrame, mode: str | None = None) -> pd.DataFrame:
+    """Collapse ranks (rows of `mode` only, when given): the slowest rank's median parts (max over
+    ranks) and the step time, per (size, mode, chunks)."""
+    if mode is not None:
+        frame = frame[frame["mode"] == mode]
+        if frame.empty:
+            raise LabInputError(f"the measurements hold no rows of mode {mode!r}")
+    keys = ["batch", "hidden", "ffn", "dtype", "mode", "chunks", "ranks"]
+    agg = {c: "max" for c in ("serial_ms", "compute_ms", "communication_ms", "total_ms", "gap_ms")}
+    agg.update(step_ms="first", step_p90_ms="first", reps="first", compute_slowest_ms="first")
+    return frame.groupby(keys, as_index=False).agg(agg)
+
+
+def _pairs(frame: pd.DataFrame, mode: str):
+    """(one-rank row, two-rank row of `mode`, LayerSize) for every size measured in both modes."""
+    one, two = per_size(frame, "whole"), per_size(frame, mode)
+    if (two["ranks"] != 2).any():
+        raise LabInputError(f"the budget compares one device with two; these {mode} rows ran on "
+                            f"{sorted(two['ranks'].unique())} ranks")
+    for _, r2 in two.iterrows():
+        match = one[(one.batch == r2.batch) & (one.hidden == r2.hidden) & (one.ffn == r2.ffn)]
+        if match.empty:
+            raise LabInputError(f"no one-rank measurement for size {r2.batch}x{r2.hidden}")
+        yield match.iloc[0], r2, LayerSize(int(r2.batch), int(r2.hidden), int(r2.ffn))
+
+
+# --- 2. the budget's inputs: a priori and after the fact ------------------------------------------------
+
+@dataclass(frozen=True)
+class BudgetInputs:
+    """The budget's parameters for one layer size, from measurements and the measured link.
+
+    S_ms, C_ms: serial and compute of the one-rank run (T1 = S + C); eta capped at 1 as the
+    budget requires (`eta_measured` keeps the uncapped value: above 1 when a half runs better than
+    half the whole, e.g. because its weights fit in cache; see `eta_from` for where it comes from);
+    Q all-reduces of `volume_bytes` each (the output, batch x hidden x element bytes); latency_ms
+    and bandwidth_GBps from the link fit.
+    """
+
+    S_ms: float
+    C_ms: float
+    eta: float
+    Q: int
+    volume_bytes: float
+    latency_ms: float
+    bandwidth_GBps: float
+    eta_measured: float = math.nan
+
+    def as_args(self) -> tuple:
+        """Positional arguments of labutils.model.budget.t_two_ms / evaluate / overlap_bound_ms."""
+        return (self.S_ms, self.C_ms, self.eta, self.Q, self.latency_ms, self.volume_bytes, self.bandwidth_GBps)
+
+
+def eta_from(t1, run) -> float:
+    """eta = C / (2 C_rank), uncapped: C the one-rank row `t1`'s compute, C_rank the compute of the
+    slower rank of `run` (its `compute_slowest_ms`, median over steps; else `compute_ms`). inf when
+    C_rank <= 0. `run` is the split itself (after the fact) or the halves run (a priori)."""
+    c_rank = float(run["compute_slowest_ms"] if "compute_slowest_ms" in run else run["compute_ms"])
+    return math.inf if c_rank <= 0 else float(t1["compute_ms"]) / (2 * c_rank)
+
+
+def inputs_with_eta(t1, eta: float, link, volume_bytes: float, Q: int = 1) -> BudgetInputs:
+    """Budget inputs from a one-rank row `t1` (S = serial, C = compute, ms) and a given `eta`
+    (capped at 1 for the budget, kept as `eta_measured`); latency and bandwidth from `link` (a
+    fit.LinkFit, translated by its `budget_params`). For 2 ranks the ring factor 2(N-1)/N is 1, so
+    V / busbw is exactly the all-reduce's bandwidth term. Reads nothing of a two-rank run."""
+    params = link.budget_params()
+    return BudgetInputs(float(t1["serial_ms"]), float(t1["compute_ms"]), min(float(eta), 1.0), int(Q),
+                        float(volume_bytes), float(params["latency_ms"]), float(params["bandwidth_GBps"]), float(eta))
+
+
+def estimate_inputs(t1, t2, link, volume_bytes: float, Q: int = 1) -> BudgetInputs:
+    """After the fact: budget inputs from a one-rank row `t1` and the two-rank split row `t2` it is
+    held against (per_size rows or dicts), eta = eta_from(t1, t2) capped at 1."""
+    return inputs_with_eta(t1, eta_from(t1, t2), link, volume_bytes, Q)
+
+
+def apriori_table(prior: pd.DataFrame, link, Q: int = 1) -> pd.DataFrame:
+    """A priori: per size, T2 and the speedup predicted before the split runs.
+
+    From `prior`, the rows of a run of "whole" (one rank: S, C and T1) and "halves" (the split's
+    halves on two ranks, no communication: C_half, the slower half's compute); rows of any other
+    mode, a split run in the same frame included, are not read. Two etas stated up front: 1 and
+    eta_halves = C / (2 C_half) (capped at 1 for the budget); T2 = S + C/(2 eta) + Q(l + V/B) with
+    l and B from `link`.
+    Columns: batch, hidden, work_flops, volume_bytes, S_ms, C_ms, T1_ms (the one-rank step of
+    `prior`), C_half_ms, eta_halves (uncapped), comm_pred_ms, T2_eta1_ms, T2_apriori_ms (at
+    eta_halves), speedup_eta1, speedup_apriori (T1 / T2).
+    """
+    rows = []
+    for r1, rh, size in _pairs(prior, "halves"):
+        v = size.output_bytes(rh["dtype"])
+        halves = inputs_with_eta(r1, eta_from(r1, rh), link, v, Q)
+        perfect = dataclasses.replace(halves, eta=1.0, eta_measured=1.0)
+        t1_ms = float(r1.step_ms)
+        t2_eta1, t2_halves = float(budget.t_two_ms(*perfect.as_args())), float(budget.t_two_ms(*halves.as_args()))
+        rows.append({"batch": size.batch, "hidden": size.hidden, "work_flops": size.flops, "volume_bytes": v,
+                     "S_ms": halves.S_ms, "C_ms": halves.C_ms, "T1_ms": t1_ms,
+                     "C_half_ms": float(rh["compute_slowest_ms"]), "eta_halves": halves.eta_measured,
+                     "comm_pred_ms": float(budget.comm_ms(Q, halves.latency_ms, v, halves.bandwidth_GBps)),
+                     "T2_eta1_ms": t2_eta1, "T2_apriori_ms": t2_halves,
+                     "speedup_eta1": t1_ms / t2_eta1, "speedup_apriori": t1_ms / t2_halves})
+    return pd.DataFrame(rows).sort_values("work_flops").reset_index(drop=True)
+
+
+# --- 3. predicted against measured ----------------------------------------------------------------
+
+def validation_table(frame: pd.DataFrame, link) -> pd.DataFrame:
+    """After the fact, per size: estimate the inputs from the "whole" and "split" rows (eta from
+    the split's own compute), predict T2 with labutils.model.budget, and compare with the measured T2.
+
+    Columns: batch, hidden, work_flops, volume_bytes, S_ms, C_ms, C_rank_ms, eta (capped),
+    eta_measured, T1_ms, T2_ms (measured), comm_ms (measured, slowest rank), comm_pred_ms,
+    T2_pred_ms, rel_error = (predicted - measured) / measured, speedup, speedup_pred (T1 / T2).
+    """
+
+    rows = []
+    for r1, r2, size in _pairs(frame, "split"):
+        v = size.output_bytes(r2["dtype"])
+        inp = estimate_inputs(r1, r2, link, v)
+        t1_ms, t2_ms = float(r1.step_ms), float(r2.step_ms)
+        pred = float(budget.t_two_ms(*inp.as_args()))
+        rows.append({"batch": size.batch, "hidden": size.hidden, "work_flops": size.flops, "volume_bytes": v,
+                     "S_ms": inp.S_ms, "C_ms": inp.C_ms, "C_rank_ms": inp.C_ms / (2 * inp.eta_measured),
+                     "eta": inp.eta,
+                     "eta_measured": inp.eta_measured, "T1_ms": t1_ms, "T2_ms": t2_ms,
+                     "comm_ms": float(r2.communication_ms),
+                     "comm_pred_ms": float(budget.comm_ms(inp.Q, inp.latency_ms, v, inp.bandwidth_GBps)),
+                     "T2_pred_ms": pred, "rel_error": (pred - t2_ms) / t2_ms,
+                     "speedup": t1_ms / t2_ms, "speedup_pred": t1_ms / pred})
+    return pd.DataFrame(rows).sort_values("work_flops").reset_index(drop=True)
+
+
+def budget_inputs_for(frame: pd.DataFrame, link, batch: int, hidden: int) -> BudgetInputs:
+    """The after-the-fact inputs of one measured size (for the exercise and for reading one row)."""
+    for r1, r2, size in _pairs(frame, "split"):
+        if (size.batch, size.hidden) == (batch, hidden):
+            return estimate_inputs(r1, r2, link, size.output_bytes(r2["dtype"]))
+    raise LabInputError(f"size {batch}x{hidden} was not measured in both modes")
+
+
+@dataclass(frozen=True)
+class BreakEven:
+    """Where the split starts to win: layer work (flops) and one-rank compute C (ms) at T2 = T1.
+
+    NaN values with a `reason` when the curves do not cross inside the measured range
+    (math.inf when the split never wins there, 0 when it already wins at the smallest size).
+    """
+
+    work_flops: float
+    C_ms: float
+    reason: str = ""
+
+
+def _log_interp(x0, x1, f0, f1):
+    """x where the line through (log x0, f0), (log x1, f1) reaches f = 0."""
+    t = f0 / (f0 - f1)
+    return math.exp(math.log(x0) + t * (math.log(x1) - math.log(x0)))
+
+
+def break_even(table: pd.DataFrame, t2_column: str = "T2_ms") -> BreakEven:
+    """The size where T2 falls below T1: the last crossing from slower to faster along the work
+    axis, interpolated in log(T2 / T1) against log(work). `t2_column`: "T2_ms" (measured) or
+    "T2_pred_ms" (after the fact) of a validation_table, or "T2_eta1_ms" / "T2_apriori_ms" of an
+    apriori_table (against its own T1_ms, the run it predicts from)."""
+    rows = table.sort_values("work_flops")
+    work = rows["work_flops"].to_numpy(float)
+    c = rows["C_ms"].to_numpy(float)
+    f = np.log(rows[t2_column].to_numpy(float) / rows["T1_ms"].to_numpy(float))
+    if len(f) == 0:
+        return BreakEven(math.nan, math.nan, "no measurements")
+    if np.all(f > 0):
+        return BreakEven(math.inf, math.inf, "the split is slower at every size measured: never in this range")
+    if np.all(f <= 0):
+        return BreakEven(0.0, 0.0, "the split already wins at the smallest size measured")
+    for i in range(len(f) - 2, -1, -1):
+        if f[i] > 0 >= f[i + 1]:
+            return BreakEven(_log_interp(work[i], work[i + 1], f[i], f[i + 1]),
+                             _log_interp(c[i], c[i + 1], f[i], f[i + 1]) if c[i] > 0 and c[i + 1] > 0 else math.nan)
+    return BreakEven(math.inf, math.inf, "the split wins only at small sizes here: no crossing to a lasting win")
+
+
+def overlap_table(frame: pd.DataFrame, link) -> pd.DataFrame:
+    """Chunked split steps ("overlap" rows) against the no-overlap prediction and the overlap bound.
+
+    For k chunks: Q = k all-reduces of V/k bytes; no overlap: S + C/(2 eta) + k(l + V/(k B));
+    bound: S + max(C/(2 eta), k(l + V/(k B))). eta comes from the k = 1 run (nothing to overlap).
+    """
+
+    pairs = sorted(_pairs(frame, "overlap"), key=lambda p: int(p[1].chunks))
+    if not pairs or int(pairs[0][1].chunks) != 1:
+        raise LabInputError("the overlap runs need chunks=1 among them (the run with nothing to overlap)")
+    one, base, size = pairs[0]
+    v = size.output_bytes(base["dtype"])
+    rows = []
+    for _, r, _ in pairs:
+        q = int(r.chunks)
+        inp = estimate_inputs(one, base, link, v / q, Q=q)
+        rows.append({"chunks": q, "measured_ms": float(r.step_ms), "compute_ms": float(r.compute_ms),
+                     "exposed_comm_ms": float(r.communication_ms),
+                     "no_overlap_ms": float(budget.t_two_ms(*inp.as_args())),
+                     "overlap_bound_ms": float(budget.overlap_bound_ms(*inp.as_args())), "T1_ms": float(one.step_ms)})
+    return pd.DataFrame(rows)
+
+
+def replicas_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Same two devices, two goals: the latency of one batch against rows finished per second.
+
+    "one device": the whole layer alone; "two replicas": each rank the whole layer on its own
+    batch (twice the rows per step); "one split layer": both ranks on one batch.
+    """
+    rows = []
+    for name, mode, batches in (("one device", "whole", 1), ("two replicas", "replica", 2),
+                                ("one split layer", "split", 1)):
+        for _, r in per_size(frame, mode).iterrows():
+            rows.append({"setup": name, "batch": int(r.batch), "hidden": int(r.hidden),
+                         "latency_ms": float(r.step_ms),
+                         "throughput_rows_per_s": batches * int(r.batch) / (float(r.step_ms) / 1e3)})
+    return pd.DataFrame(rows)
+
+
+def describe_break_even(b: BreakEven) -> str:
+    """"88.6 MFLOP (one-rank compute C = 1.92 ms)", or the reason when there is no crossing."""
+    if not math.isfinite(b.work_flops) or b.work_flops == 0:
+        return b.reason
+    return f"{b.work_flops / 1e6:.3g} MFLOP (one-rank compute C = {b.C_ms:.3g} ms)"
+
+
+# The predictions of T2 side by side: (view, column of compare_views, its error column, where eta comes from).
+VIEWS = (("a priori, eta = 1", "T2_eta1_ms", "err_eta1", "stated before the split: perfect halves"),
+         ("a priori, eta from the halves", "T2_apriori_ms", "err_apriori",
+          "a separate run of the split's halves without communication, before the split"),
+         ("after the fact", "T2_after_ms", "err_after",
+          "the split run itself: its compute is read back, only S and l + V/B are predicted"))
+
+
+def compare_views(apriori: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """Per size in both: the measured T2 of `table` (validation_table) against the a-priori
+    predictions of `apriori` (apriori_table) and the after-the-fact one.
+
+    Columns: batch, hidden, work_flops, T1_ms and T2_ms (measured in the split run), eta_halves
+    (a priori), eta_measured (from the split run), T2_eta1_ms, T2_apriori_ms, T2_after_ms, and for
+    each prediction its error (predicted - measured) / measured: err_eta1, err_apriori, err_after.
+    """
+    after = table[["batch", "hidden", "work_flops", "T1_ms", "T2_ms", "eta_measured", "T2_pred_ms"]]
+    prior = apriori[["batch", "hidden", "eta_halves", "T2_eta1_ms", "T2_apriori_ms"]]
+    views = after.rename(columns={"T2_pred_ms": "T2_after_ms"}).merge(prior, on=["batch", "hidden"])
+    if views.empty:
+        raise LabInputError("the a-priori run and the split run share no layer size")
+    for _, t2, err, _ in VIEWS:
+        views[err] = (views[t2] - views["T2_ms"]) / views["T2_ms"]
+    order = ["batch", "hidden", "work_flops", "T1_ms", "T2_ms", "eta_halves", "eta_measured",
+             *(v[1] for v in VIEWS), *(v[2] for v in VIEWS)]
+    return views[order].sort_values("work_flops").reset_index(drop=True)
+
+
+def views_summary(apriori: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """One row per view of T2 (VIEWS) and one for the measurement: where eta came from, the median
+    |predicted - measured| / measured of T2 in % over the sizes in both tables, and the break-even
+    (work in MFLOP and as text). An a-priori break-even is where its T2 crosses the one-rank T1 of
+    the run it was predicted from; the measured one where the split run's T2 crosses its T1.
+
+    Columns: view, eta_from, median_abs_T2_error_pct, break_even_MFLOP, break_even.
+    """
+    views = compare_views(apriori, table)
+    found = {"T2_eta1_ms": break_even(apriori, "T2_eta1_ms"), "T2_apriori_ms": break_even(apriori, "T2_apriori_ms"),
+             "T2_after_ms": break_even(table, "T2_pred_ms")}
+    rows = [(name, source, 100 * float(np.median(np.abs(views[err]))), found[t2]) for name, t2, err, source in VIEWS]
+    rows.append(("measured", "", math.nan, break_even(table)))
+    return pd.DataFrame([{"view": name, "eta_from": source, "median_abs_T2_error_pct": error,
+                          "break_even_MFLOP": b.work_flops / 1e6, "break_even": describe_break_even(b)}
+                         for name, source, error, b in rows])
+
+
+def summary_table(link, table: pd.DataFrame, measured: BreakEven, predicted: BreakEven,
+                  apriori: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The hand-in table: the link, the break-even (measured; predicted a priori when `apriori`,
+    an apriori_table, is given; predicted after the fact: `predicted`), the best speedup and the
+    median T2 errors of the views."""
+    best = table.loc[table["speedup"].idxmax()]
+    show = describe_break_even
+    items = [("link", f"{link.backend}/{link.device}, {link.world_size} ranks: "
+                      f"latency {link.latency_ms * 1e3:.0f} us, "
+                      f"busbw {link.busbw_GBps:.3g} GB/s"),
+             ("break-even, measured", show(measured))]
+    if apriori is not None:
+        items.append(("break-even, a priori (eta from the halves)", show(break_even(apriori, "T2_apriori_ms"))))
+    items += [("break-even, after the fact", show(predicted)),
+              ("best measured speedup", f"{best.speedup:.2f}x at {int(best.batch)}x{int(best.hidden)} "
+                                        f"(eta {best.eta:.2f})")]
+    if apriori is not None:
+        error = float(np.median(np.abs(compare_views(apriori, table)["err_apriori"])))
+        items.append(("median |T2 error|, a priori (eta from the halves)", f"{100 * error:.1f}%"))
+    items.append(("median |T2 error|, after the fact (eta from the split run)",
+                  f"{100 * float(np.median(np.abs(table['rel_error']))):.1f}%"))
+    return pd.DataFrame(items, columns=["quantity", "value"])

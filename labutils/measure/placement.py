@@ -1,0 +1,301 @@
+"""Where each rank runs on the CPU: a set of cores of its own, and one torch thread per core.
+
+`plan_placement(layout, nranks)` is a pure function of the machine's layout (its logical CPUs,
+their physical cores and NUMA nodes: `labutils.readers.cpus.cpu_layout`) and the number of local
+ranks; the launcher applies the plan in every rank (`set_rank_threads`, then `pin_rank` once the
+process group is up). The rules, in order:
+
+1. **Physical cores are the unit.** SMT siblings (Hyper-Threading) stay together and go to one
+   rank; a rank runs one intra-op thread per physical core it gets, and its CPU set holds all
+   their logical CPUs (so with SMT the set is twice the thread count, never smaller than it).
+2. **Usable cores** are the physical cores of the CPUs this process may run on (its affinity
+   mask), at most the cgroup CPU quota (rounded down, at least 1).
+3. **Fewer usable cores than ranks:** the ranks cannot have a core each, so nothing is pinned
+   and every rank runs 1 thread; the explanation says so.
+4. **Headroom:** with 8 or more usable cores, `RESERVE_CORES` (1) core goes to no rank: gloo's
+   I/O threads, the launcher and the notebook kernel run there instead of on a rank's cores.
+   It is never kept at the cost of a rank without a core; `reserve_cores` overrides it.
+5. **Threads per rank** = (usable - reserve) // ranks, capped at `MAX_THREADS_PER_RANK` (8).
+   The lab's CPU layers are small (hidden <= 1024, 07 and 08's models): an elementwise op is
+   split over threads only above torch's grain of 32768 elements, and the largest matmul, a
+   (64 x 1024) @ (1024 x 4096) of 0.54 GFLOP, took 6 ms on one core of the 2-core test machine
+   (89 GFLOP/s): under a millisecond on 8 cores even at perfect scaling, where fork/join and
+   memory traffic weigh as much as the arithmetic. 8 is also one L3 slice (core complex) of
+   current AMD EPYC parts, so a rank's threads share one cache. Beyond that extra threads add
+   jitter rather than speed, so a 96-core machine still runs 2 ranks of 8 threads. Asking for a
+   count (`threads_per_rank`, or `LAB_THREADS_PER_RANK` for the launcher) replaces the default
+   and the cap; it is used when it fits (the headroom gives way first), else the most that fits,
+   and the explanation says so.
+6. **NUMA, packed:** ranks in order take their cores from the lowest NUMA node that still has
+   enough free cores; a rank spans two nodes only when no node has room. Packed, not
+   round-robin: in this lab the ranks' link is host memory (gloo over loopback and shared
+   memory), which stays inside one socket's cache and memory controller when the ranks do, and
+   rank 0, whose set the one-rank baseline also gets, sits in the same place in every run.
+7. **`pin=False`** (`LAB_PIN_CPU=0`): the same thread count, no affinity; every rank may run on
+   every CPU.
+
+GPU ranks are placed the same way (their host-side work, gloo's staging copies and reductions
+included, runs on these cores). The plan does not yet look at which NUMA node each GPU hangs off
+(`nvidia-smi topo -m`'s NUMA affinity): on a two-socket machine with GPUs on both sockets some
+ranks may sit on the far node; `LAB_PIN_CPU=0` hands placement back to the system there.
+
+Why pin at all: unpinned ranks migrate between cores and queue behind each other; on a 2-core
+VM pinning cut gloo's small-message time from about 1.5 ms to 0.35 ms, and its jitter with it.
+Every job is placed the same way, so the link a sweep measures is the link a split layer or a
+training step later meets.
+
+Why the launcher does not pin the whole process to the rank's set: the threads alive when the
+group is up are torch.distributed's (gloo's `pt_gloo_runloop` workers run a collective's
+reduction, `gloo_tcp_loop` its socket I/O; rank 0 also serves the TCP store), and a collective
+hands work between them and the rank's own thread. Squeezed onto the rank's one core they take
+turns: on a 2-core machine a 1 KiB gloo all-reduce between 2 ranks took 1.2 ms (fastest of 6
+rounds) with each rank's gloo threads on its own core, against 0.37 ms with them free to run on
+either core. Left free on a big machine, they land on other ranks' cores. So the calling thread,
+which computes (and whose OpenMP workers, started later, inherit its mask), gets the rank's
+CPUs; the threads already running get the rank's CPUs plus the spare ones (rule 4), and every
+CPU of the process when that would still be a single CPU (a one-core rank, no spare core).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from labutils.core.inputs import LabInputError, check_int
+from labutils.readers.cpus import cpu_layout, format_cpulist
+
+MAX_THREADS_PER_RANK = 8
+RESERVE_CORES = 1
+RESERVE_FROM_CORES = 8  # headroom is kept from this many usable cores up
+# How many local ranks a machine holds (`max_local_ranks`): every rank is a process with its own
+# torch (~300 MB) and gloo threads, so beyond two per core they only queue behind each other;
+# any machine holds 8 (notebook 03's 4 ranks and a 5-rank test run on 2 cores). Asking to
+# oversubscribe (--oversubscribe, LAB_OVERSUBSCRIBE=1) lifts the bound to 16 per core.
+RANKS_PER_CORE = 2
+MIN_RANK_LIMIT = 8
+OVERSUBSCRIBED_RANKS_PER_CORE = 16
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where `len(rank_cpus)` local ranks run. `rank_cpus[r]`: the logical CPUs rank r may use
+    (every allowed CPU when not pinned); `rank_nodes[r]`: the NUMA node(s) they lie in;
+    `threads_per_rank`: torch intra-op threads of every rank (<= each set's size);
+    `spare_cpus`: allowed CPUs no rank got (headroom); `explanation`: one line for people."""
+
+    threads_per_rank: int
+    rank_cpus: tuple[tuple[int, ...], ...]
+    rank_nodes: tuple[tuple[int, ...], ...]
+    spare_cpus: tuple[int, ...]
+    pinned: bool
+    explanation: str
+
+    @property
+    def nranks(self) -> int:
+        return len(self.rank_cpus)
+
+    def cpus_for(self, local_rank: int) -> set[int]:
+        """The CPU set of local rank `local_rank`."""
+        local_rank = check_int("local_rank", local_rank, low=0, high=self.nranks - 1)
+        return set(self.rank_cpus[local_rank])
+
+
+def _cores(layout) -> list[tuple[int, int, tuple[int, ...]]]:
+    """(node, core, logical CPUs) per physical core of `layout.logical`, by node then core."""
+    by_core: dict[int, list] = {}
+    for c in layout.logical:
+        by_core.setdefault(c.core, []).append(c)
+    cores = [(min(c.node for c in cpus), core, tuple(sorted(c.cpu for c in cpus))) for core, cpus in by_core.items()]
+    return sorted(cores)
+
+
+def usable_cores(layout) -> int:
+    """Physical cores this process may use: those of its affinity mask, at most the cgroup quota
+    (rounded down, at least 1); rule 2 of the module docstring."""
+    cores = len(_cores(layout))
+    quota = getattr(layout, "quota_cpus", None)
+    return min(cores, max(1, int(quota))) if quota else cores
+
+
+def max_local_ranks(cores: int, oversubscribe: bool = False) -> int:
+    """Local ranks a machine with `cores` usable cores holds: max(MIN_RANK_LIMIT, RANKS_PER_CORE x
+    cores), OVERSUBSCRIBED_RANKS_PER_CORE x cores when asked to oversubscribe (2 cores: 8 or 32;
+    16 cores: 32 or 256; 96 cores: 192 or 1536). A pure function."""
+    cores = check_int("cores", cores, low=1)
+    per_core = OVERSUBSCRIBED_RANKS_PER_CORE if oversubscribe else RANKS_PER_CORE
+    return max(MIN_RANK_LIMIT, per_core * cores)
+
+
+def _env_oversubscribe() -> bool:
+    return os.environ.get("LAB_OVERSUBSCRIBE", "").strip().lower() in ("1", "true", "yes")
+
+
+def check_local_ranks(nproc, layout=None, oversubscribe: bool | None = None, name: str = "nproc") -> int:
+    """`nproc` as an int when this machine (`layout`, default `cpu_layout()`) holds that many local
+    ranks (`max_local_ranks`); else LabInputError naming `name`, the limit and the way round it.
+    `oversubscribe` None reads LAB_OVERSUBSCRIBE=1."""
+    nproc = check_int(name, nproc, low=1)
+    if oversubscribe is None:
+        oversubscribe = _env_oversubscribe()
+    cores = usable_cores(layout or cpu_layout())
+    limit = max_local_ranks(cores, oversubscribe)
+    if nproc > limit:
+        more = ("" if oversubscribe else
+                f"; --oversubscribe (LAB_OVERSUBSCRIBE=1) allows up to {max_local_ranks(cores, True)}")
+        raise LabInputError(f"{name}={nproc} is outside the allowed range [1, {limit}]: this machine has "
+                            f"{cores} usable core(s), and every local rank is a process{more}")
+    return nproc
+
+
+def _assign(cores, nranks: int, threads: int) -> list[list[tuple[int, int, tuple[int, ...]]]]:
+    """Packed first fit: each rank takes `threads` cores from the lowest node with room."""
+    free: dict[int, list] = {}
+    for core in cores:
+        free.setdefault(core[0], []).append(core)
+    ranks = []
+    for _ in range(nranks):
+        node = next((n for n in sorted(free) if len(free[n]) >= threads), None)
+        if node is not None:
+            taken, free[node] = free[node][:threads], free[node][threads:]
+        else:  # no node has room: fill from the fullest nodes, spanning as few as possible
+            taken = []
+            for n in sorted(free, key=lambda n: (-len(free[n]), n)):
+                need = threads - len(taken)
+                taken, free[n] = taken + free[n][:need], free[n][need:]
+        ranks.append(taken)
+    return ranks
+
+
+def _short(ranks: list[str], keep: int = 4) -> str:
+    return ", ".join(ranks if len(ranks) <= keep else ranks[:keep - 1] + ["...", ranks[-1]])
+
+
+def plan_placement(layout, nranks: int, threads_per_rank: int | None = None, reserve_cores: int | None = None,
+                   max_threads: int = MAX_THREADS_PER_RANK, pin: bool = True) -> Placement:
+    """Plan CPU sets and thread counts for `nranks` local ranks on `layout` (see the module's
+    rules). `layout` needs `.logical` (LogicalCpu: cpu, core, node) and `.quota_cpus`.
+
+    threads_per_rank: None = planned (capped at `max_threads`); a number = asked for.
+    reserve_cores: cores kept for no rank; None = 1 from 8 usable cores up, else 0.
+    """
+
+    nranks = check_int("nranks", nranks, low=1)
+    max_threads = check_int("max_threads", max_threads, low=1)
+    if threads_per_rank is not None:
+        threads_per_rank = check_int("threads_per_rank", threads_per_rank, low=1)
+    if reserve_cores is not None:
+        reserve_cores = check_int("reserve_cores", reserve_cores, low=0)
+    cores = _cores(layout)
+    if not cores:
+        raise LabInputError("the CPU layout lists no CPU this process may use")
+    every = tuple(sorted(c for _, _, cpus in cores for c in cpus))
+    quota = getattr(layout, "quota_cpus", None)
+    usable = usable_cores(layout)
+    smt = len(every) > len(cores)
+    where = (f"{usable} usable core(s)" + (f" (cgroup quota {quota:g} CPUs)" if quota and usable < len(cores) else "")
+             + (", SMT siblings kept together" if smt else ""))
+    if usable < nranks:
+        return Placement(1, (every,) * nranks, (tuple(sorted({n for n, _, _ in cores})),) * nranks, (), False,
+                         f"{nranks} ranks on {where}: fewer cores than ranks, so ranks share cores; "
+                         f"not pinned, 1 thread each")
+    reserve = RESERVE_CORES if usable >= RESERVE_FROM_CORES else 0
+    reserve = reserve if reserve_cores is None else reserve_cores
+    if usable - reserve < nranks:
+        reserve = 0  # headroom never costs a rank its core
+    notes = []
+    if threads_per_rank is None:
+        threads = min(max_threads, (usable - reserve) // nranks)
+        if (usable - reserve) // nranks > max_threads:
+            notes.append(f"capped at {max_threads} threads per rank (the lab's layers gain nothing from more; "
+                         "LAB_THREADS_PER_RANK overrides)")
+    elif threads_per_rank * nranks <= usable:
+        threads = threads_per_rank
+    else:
+        threads = usable // nranks
+        notes.append(f"{threads_per_rank} threads per rank were asked for, {threads} fit")
+    ranks = _assign(cores, nranks, threads)
+    taken = {c for rank in ranks for _, _, cpus in rank for c in cpus}
+    spare = tuple(c for c in every if c not in taken)
+    nodes = tuple(tuple(sorted({n for n, _, _ in rank})) for rank in ranks)
+    if not pin:
+        return Placement(threads, (every,) * nranks, (tuple(sorted({n for n, _, _ in cores})),) * nranks, (), False,
+                         f"{nranks} rank(s) x {threads} thread(s) on {where}; not pinned (LAB_PIN_CPU=0)"
+                         + "".join(f"; {n}" for n in notes))
+    rank_cpus = tuple(tuple(sorted(c for _, _, cpus in rank for c in cpus)) for rank in ranks)
+    shown = [f"rank {r} CPUs {format_cpulist(cpus)} (node {','.join(map(str, ns))})"
+             for r, (cpus, ns) in enumerate(zip(rank_cpus, nodes))]
+    free_cores = usable - threads * nranks
+    text = (f"{nranks} rank(s) x {threads} thread(s) on {where}, pinned: {_short(shown)}; "
+            + (f"{free_cores} core(s) left to gloo's threads and the notebook" if free_cores else "no core left over")
+            + "".join(f"; {n}" for n in notes))
+    return Placement(threads, rank_cpus, nodes, spare, True, text)
+
+
+def _env_threads() -> int | None:
+    raw = os.environ.get("LAB_THREADS_PER_RANK", "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise LabInputError(f"LAB_THREADS_PER_RANK={raw!r} must be a whole number >= 1")
+    return int(raw)
+
+
+def machine_placement(nranks: int, threads_per_rank: int | None = None, layout=None) -> Placement:
+    """`plan_placement` for this machine (`cpu_layout()`, this process's CPUs), with the
+    environment's settings: LAB_PIN_CPU=0 turns pinning off, LAB_THREADS_PER_RANK=N replaces
+    the planned thread count when `threads_per_rank` is None."""
+
+    if threads_per_rank is None:
+        threads_per_rank = _env_threads()
+    return plan_placement(layout or cpu_layout(), nranks, threads_per_rank,
+                          pin=os.environ.get("LAB_PIN_CPU", "1") != "0")
+
+
+def set_rank_threads(placement: Placement) -> None:
+    """torch's intra-op thread count for this rank (call before any parallel work)."""
+    import torch
+
+    torch.set_num_threads(placement.threads_per_rank)
+
+
+def pin_rank(placement: Placement, local_rank: int) -> None:
+    """Pin this rank as planned (no-op when not pinned). Call it after the process group is up,
+    from the thread that will compute: it gets the rank's CPUs (so do the OpenMP workers it
+    starts later); the threads already running (torch.distributed's) get the rank's CPUs plus
+    the spare ones, or every CPU when that is one CPU (see the module docstring)."""
+    import threading
+
+    if not placement.pinned or not hasattr(os, "sched_setaffinity"):
+        return
+    own = placement.cpus_for(local_rank)
+    helpers = own | set(placement.spare_cpus)
+    if len(helpers) < 2:
+        helpers = os.sched_getaffinity(0)
+    me = threading.get_native_id()
+    try:
+        others = [int(t) for t in os.listdir("/proc/self/task") if int(t) != me]
+    except OSError:
+        others = []
+    for tid in others:
+        try:
+            os.sched_setaffinity(tid, helpers)
+        except OSError:  # the thread ended meanwhile
+            pass
+    os.sched_setaffinity(0, own)
+
+
+def affinity_worker(ctx) -> dict:
+    """What this rank was given: its CPU set (`os.sched_getaffinity` of the calling thread),
+    torch's thread count, and the CPUs gloo's threads (pt_gloo_runloop, gloo_tcp_loop) may use."""
+    import torch
+
+    gloo: set[int] = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as fh:
+                if "gloo" in fh.read():
+                    gloo |= os.sched_getaffinity(int(tid))
+        except OSError:  # the thread ended meanwhile
+            continue
+    return {"rank": ctx.rank, "cpus": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
+            "gloo_thread_cpus": sorted(gloo)}

@@ -1,0 +1,368 @@
+"""A sweep over message sizes, as nccl-tests runs one (notebook 02, `interconnect-lab sweep`).
+
+The arithmetic (algbw, busbw, the bus factor) is labutils.core.busbw; what runs in each rank is
+labutils.measure.harness (timing) and labutils.measure.buffers (the correctness check). The sweep (`run_sweep`)
+runs `sweep_worker` in every rank. Per size: warm-up calls (never timed), a short probe from
+which rank 0 picks the iteration count that fills a time budget
+and broadcasts it (every rank must make the same calls), the timed loop (CUDA events on GPU,
+barrier + perf_counter on CPU, see labutils.measure.timing), the mean time over ranks and the slowest
+rank, and then a correctness check on freshly filled buffers: every element of the result is
+compared with the exact expected value and mismatches are summed over ranks (`#wrong`).
+The table nccl-tests prints is written by labutils.readers.nccl_table and read back by labutils.readers.nccl_tests.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import platform
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from labutils.core.busbw import (
+    COLUMNS,
+    DTYPES,
+    OPS,
+    SWEEP_EXTRA,
+    canonical_dtype,
+    element_bytes,
+    layout,
+    sweep_sizes,
+)
+from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
+from labutils.core.progress import rank_progress
+from labutils.core.results import list_results, load_result, save_result
+from labutils.core.units import format_size
+from labutils.measure.faults import FAULTS, faulty_sweep_worker
+from labutils.measure.harness import sweep_worker
+from labutils.measure.launch import (
+    MAX_TIMEOUT_S,
+    RankError,
+    cuda_device_count,
+    launch,
+    ranks_per_gpu,
+    resolve_backend,
+    run_this_rank,
+    torchrun_env,
+)
+from labutils.measure.placement import check_local_ranks, machine_placement
+from labutils.readers.nccl_table import print_rows
+from labutils.readers.topology import run_nvidia_smi
+
+
+class WrongResultError(RuntimeError):
+    """Some elements of a collective's result were wrong; `result` still holds the whole sweep."""
+
+    def __init__(self, message: str, result: "SweepResult"):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A finished sweep: `frame` (one row per op and size, COLUMNS + SWEEP_EXTRA) and `meta`."""
+
+    frame: pd.DataFrame
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def wrong(self) -> int:
+        return int(self.frame["wrong"].fillna(0).sum()) if len(self.frame) else 0
+
+    @property
+    def avg_busbw_GBps(self) -> float:
+        """nccl-tests' "Avg bus bandwidth": the plain mean of busbw over the rows."""
+        return float(self.frame["busbw_GBps"].mean()) if len(self.frame) else math.nan
+
+    @property
+    def peak_busbw_GBps(self) -> float:
+        return float(self.frame["busbw_GBps"].max()) if len(self.frame) else math.nan
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def topology_text() -> str | None:
+    """`nvidia-smi topo -m` output when nvidia-smi is there and answers, else None."""
+    return run_nvidia_smi(timeout_s=10.0)[0]
+
+
+def _versions() -> dict:
+    import torch
+
+    nccl = None
+    if torch.cuda.is_available():
+        try:
+            v = torch.cuda.nccl.version()
+            nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        except Exception:  # noqa: BLE001 - a torch built without NCCL
+            nccl = None
+    return {"torch_version": torch.__version__, "nccl_version": nccl}
+
+
+def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", **settings) -> dict:
+    """Where and how a sweep ran: host, devices, versions, topology when known, UTC date, settings."""
+    if device == "cuda":
+        import torch
+
+        count = max(1, torch.cuda.device_count())
+        devices = [torch.cuda.get_device_name(r % count) for r in range(world_size)]
+    else:
+        devices = [f"cpu: {_cpu_name()}"] * world_size
+    return {"host": socket.gethostname().split(".")[0], "devices": devices, "backend": backend, "device": device,
+            "world_size": world_size, **_versions(), "topology": topology_text() if device == "cuda" else None,
+            "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "backend_reason": reason, "python": platform.python_version(), **settings}
+
+
+def free_memory_bytes(device: str, nproc: int) -> int:
+    """Memory free for the buffers: MemAvailable on the CPU, the smallest GPU's free memory on CUDA."""
+    if device == "cuda":
+        import torch
+
+        return min(torch.cuda.mem_get_info(i)[0] for i in range(min(nproc, torch.cuda.device_count())))
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def check_memory(max_bytes: int, nproc: int, device: str, ranks_here: int, free_bytes: int | None = None) -> None:
+    """LabInputError when the largest size cannot fit: each rank holds about 3 buffers of it
+    (timed, checked, expected); on the CPU all local ranks share one memory, on CUDA the ranks
+    that share a GPU share its memory. The message names the parameter that is too large: the
+    size when one rank's buffers alone do not fit, else the rank count."""
+    sharing = ranks_here if device == "cpu" else max(1, ranks_per_gpu(ranks_here, cuda_device_count()))
+    need = 3 * max_bytes * sharing
+    free = free_memory_bytes(device, nproc) if free_bytes is None else free_bytes
+    if need <= free:
+        return
+    if 3 * max_bytes > free:
+        raise LabInputError(f"max_bytes={format_size(max_bytes)} needs about {format_size(3 * max_bytes)} of {device} "
+                            f"memory per rank (3 buffers) but only {format_size(free)} is free; lower --max-bytes")
+    fits = max(1, free // (3 * max_bytes))
+    raise LabInputError(f"nproc={ranks_here} ranks x 3 buffers of max_bytes={format_size(max_bytes)} need about "
+                        f"{format_size(need)} of {device} memory but only {format_size(free)} is free; lower --nproc "
+                        f"(about {fits} rank(s) fit{' per GPU' if device == 'cuda' else ''}) or --max-bytes")
+
+
+MAX_BUDGET_MS = 60_000.0  # a minute of timed calls per size
+MAX_WARMUP = 10_000
+
+
+def check_sizes_hold_elements(op: str, sizes: list[int], dtype: str, world: int) -> None:
+    """LabInputError naming min_bytes when the smallest size holds no element per rank (nothing
+    would be measured there): all_gather and reduce_scatter need world x element bytes."""
+    if layout(op, sizes[0], dtype, world) is None:
+        need = element_bytes(dtype) * (world if op in ("all_gather", "reduce_scatter") else 1)
+        per_rank = " per rank" if need > element_bytes(dtype) else ""
+        raise LabInputError(f"min_bytes={sizes[0]} holds no {dtype} element{per_rank} "
+                            f"for {op} on {world} rank(s); the allowed range is [{need}, max_bytes] bytes")
+
+
+def run_sweep(nproc: int = 2, backend: str = "auto", device: str = "auto", op="all_reduce", min_bytes="1K",
+              max_bytes="64M", factor: int = 2, dtype: str = "float32", warmup: int = 5, budget_ms: float = 100.0,
+              min_iters: int = 3, max_iters: int = 1000, check: bool = True, timeout_s: float | None = None,
+              progress: bool = True, raise_on_wrong: bool = True, fault_rank: int = -1,
+              fault: str = "none", oversubscribe: bool | None = None, on_start=None) -> SweepResult:
+    """Sweep `op` (one name or several) over sizes min_bytes..max_bytes (x factor) on `nproc` ranks.
+
+    Spawns local ranks (labutils.measure.launch), or, when torchrun set RANK/WORLD_SIZE/MASTER_*, runs as
+    this process's rank with WORLD_SIZE ranks. `backend="auto"` picks NCCL when there is a GPU per
+    rank, else gloo on CPU; meta["backend_reason"] says why. `budget_ms` is the timed time per
+    size the iteration count aims at (between min_iters and max_iters). Raises
+    WrongResultError (after the whole sweep) when any element was wrong, RankError naming the rank
+    when one fails or hangs, LabInputError on bad input (every input is checked before a rank
+    starts; `nproc` is bounded by `placement.check_local_ranks`, `oversubscribe` lifts it).
+    `on_start(choice)` is called once everything is checked, just before the ranks start.
+    """
+    ops = (op,) if isinstance(op, str) else tuple(op)
+    for name in ops:
+        check_choice("op", name, OPS)
+    dtype = canonical_dtype(dtype)
+    sizes = sweep_sizes(min_bytes, max_bytes, factor)
+    warmup = check_int("warmup", warmup, low=0, high=MAX_WARMUP)
+    check_range("budget_ms", budget_ms, low=0, low_open=True, high=MAX_BUDGET_MS, unit="ms")
+    if timeout_s is not None:
+        check_range("timeout_s", timeout_s, low=0, low_open=True, high=MAX_TIMEOUT_S, high_open=True, unit="s")
+    min_iters = check_int("min_iters", min_iters, low=1)
+    max_iters = check_int("max_iters", max_iters, low=min_iters)
+    check_choice("fault", fault, FAULTS)
+    env = torchrun_env()
+    world = env["world_size"] if env else check_local_ranks(nproc, oversubscribe=oversubscribe)
+    local = env["local_world_size"] if env else world
+    if env:
+        check_local_ranks(local, oversubscribe=oversubscribe, name="LOCAL_WORLD_SIZE")
+    fault_rank = check_int("fault_rank", fault_rank, low=-1, high=world - 1)
+    for name in ops:
+        check_sizes_hold_elements(name, sizes, dtype, world)
+    choice = resolve_backend(backend, device, local)
+    check_memory(sizes[-1], local, choice.device, local)
+    if timeout_s is None:
+        timeout_s = min(60.0 + len(ops) * len(sizes) * (3 * budget_ms / 1e3 + 2.0), MAX_TIMEOUT_S / 2)
+    if on_start is not None:
+        on_start(choice)
+    kwargs = dict(ops=ops, sizes=sizes, dtype=dtype, warmup=warmup, budget_ms=budget_ms, min_iters=min_iters,
+                  max_iters=max_iters, check=check)
+    worker = sweep_worker
+    if fault != "none":
+        worker, kwargs = faulty_sweep_worker, {**kwargs, "fault_rank": fault_rank, "fault": fault}
+    is_main = env is None or env["rank"] == 0
+    started = time.perf_counter()
+    with rank_progress(len(ops) * len(sizes), f"{'+'.join(ops)} sweep ({choice.backend}, {world} ranks)",
+                       progress and is_main, unit="size") as report:
+        if env:
+            rows = run_this_rank(worker, kwargs=kwargs, backend=choice.backend, device=choice.device,
+                                 timeout_s=timeout_s, on_report=report)
+        else:
+            rows = launch(worker, world, kwargs=kwargs, backend=choice.backend, device=choice.device,
+                          timeout_s=timeout_s, on_report=report, oversubscribe=oversubscribe)[0]
+    frame = pd.DataFrame(rows, columns=COLUMNS + SWEEP_EXTRA)
+    meta = sweep_meta(choice.backend, choice.device, world, choice.reason, ops=list(ops), dtype=dtype,
+                      min_bytes=sizes[0], max_bytes=sizes[-1], factor=factor, warmup=warmup, budget_ms=budget_ms,
+                      min_iters=min_iters, max_iters=max_iters, launcher="torchrun" if env else "spawn",
+                      cpu_placement=machine_placement(local).explanation,
+                      wall_s=round(time.perf_counter() - started, 3),
+                      avg_busbw_GBps=float(frame["busbw_GBps"].mean()) if len(frame) else math.nan)
+    result = SweepResult(frame, meta)
+    if raise_on_wrong and result.wrong:
+        bad = frame[frame["wrong"] > 0]
+        where = ", ".join(f"{o} {format_size(s)}: {w}" for o, s, w in zip(bad["op"], bad["size_bytes"], bad["wrong"]))
+        raise WrongResultError(f"{result.wrong} wrong element(s) in the results ({where}); "
+                               "the measurement is not trustworthy", result)
+    return result
+
+
+def save_sweep(result: SweepResult):
+    """Save a sweep as a result of kind "sweep" (CSV + JSON metadata, atomic, never overwriting)."""
+    return save_result("sweep", result.frame, result.meta)
+
+
+def load_sweep(op: str = "all_reduce", world_size: int | None = None, backend: str | None = None,
+               device: str | None = None) -> SweepResult | None:
+    """The newest saved sweep that measured `op` (and matches world size, backend and device
+    ("cpu" or "cuda") when given)."""
+    for path in reversed(list_results("sweep")):
+        record, frame = load_result(path)
+        meta = record.get("meta", {})
+        if frame is None or op not in set(frame["op"]):
+            continue
+        wanted = {"world_size": world_size, "backend": backend, "device": device}
+        if all(v is None or meta.get(k) == v for k, v in wanted.items()):
+            return SweepResult(frame[frame["op"] == op].reset_index(drop=True), meta)
+    return None
+
+
+def covers(frame: pd.DataFrame, min_bytes: float, max_bytes: float, slack: float = 2.0) -> bool:
+    """Whether a sweep measured sizes from at most `slack` x `min_bytes` up to at least
+    `max_bytes` / `slack`: close enough that reading the range off it extrapolates by no more than
+    a factor `slack` at either end."""
+    sizes = frame["size_bytes"]
+    return bool(len(sizes)) and sizes.min() <= slack * min_bytes and sizes.max() * slack >= max_bytes
+
+
+def ensure_sweep(min_bytes: float, max_bytes: float, nproc: int = 2, backend: str = "auto", device: str = "auto",
+                 quick: bool = True, progress: bool = False) -> SweepResult:
+    """An all_reduce sweep of this route over the range [min_bytes, max_bytes]: the newest saved one
+    of this backend, device and rank count that `covers` it (notebook 02's), else a new sweep over
+    that range (doubling sizes, 30 ms per size quick, 100 ms otherwise), saved."""
+    choice = resolve_backend(backend, device, nproc)
+    lo, hi = int(min(min_bytes, max_bytes)), int(max(min_bytes, max_bytes))
+    found = load_sweep("all_reduce", nproc, choice.backend, choice.device)
+    if found is not None and covers(found.frame, lo, hi):
+        return found
+    low = 1 << max(10, int(math.floor(math.log2(max(lo, 1)))))
+    high = 1 << max(int(math.ceil(math.log2(max(hi, 1)))), int(math.log2(low)))
+    result = run_sweep(nproc=nproc, backend=choice.backend, device=choice.device, min_bytes=low, max_bytes=high,
+                       budget_ms=30 if quick else 100, progress=progress)
+    save_sweep(result)
+    return result
+
+
+def compare_sweeps(frames: dict) -> pd.DataFrame:
+    """busbw of two or more labelled sweeps side by side, by size, and first / others ratios."""
+    labels = list(frames)
+    table = None
+    for label in labels:
+        part = frames[label][["size_bytes", "busbw_GBps"]].rename(columns={"busbw_GBps": f"busbw_GBps {label}"})
+        table = part if table is None else table.merge(part, on="size_bytes")
+    for label in labels[1:]:
+        table[f"ratio {labels[0]} / {label}"] = table[f"busbw_GBps {labels[0]}"] / table[f"busbw_GBps {label}"]
+    return table
+
+
+# --- command line ------------------------------------------------------------------------------------
+
+def add_cli(subparsers) -> None:
+    p = subparsers.add_parser("sweep", help="measure a collective over message sizes (nccl-tests style)",
+                              description="Sweep a collective over message sizes and print the nccl-tests table. "
+                                          "Under torchrun, runs as the rank the environment names (rank 0 prints).")
+    p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--nproc", type=int, default=2,
+                   help="local ranks to spawn (ignored under torchrun); at most 2 per core (8 on any machine)")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="allow up to 16 ranks per core (they queue behind each other; times mean little)")
+    p.add_argument("--op", default="all_reduce", choices=OPS)
+    p.add_argument("--min-bytes", "-b", default="1K", help="smallest size, K/M/G are 1024-based (default 1K)")
+    p.add_argument("--max-bytes", "-e", default="64M", help="largest size (default 64M)")
+    p.add_argument("--factor", "-f", type=int, default=2, help="size multiplier between steps (default 2)")
+    p.add_argument("--dtype", "-d", default="float32", help=f"one of {', '.join(DTYPES)}")
+    p.add_argument("--warmup", "-w", type=int, default=5, help="untimed warm-up calls per size (default 5)")
+    p.add_argument("--budget-ms", type=float, default=100.0, help="timed milliseconds per size (default 100)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds before a stuck run is stopped")
+    p.add_argument("--no-save", action="store_true", help="do not write a result file")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--fault-rank", type=int, default=-1, help="(testing) rank that misbehaves")
+    p.add_argument("--fault", default="none", choices=FAULTS,
+                   help="(testing) how --fault-rank misbehaves")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    fmt.add_argument("--csv", action="store_true", help="print the rows as CSV")
+    p.set_defaults(func=_cli_sweep)
+
+
+def _cli_sweep(args) -> int:
+    env = torchrun_env()
+    is_main = env is None or env["rank"] == 0
+
+    def announce(choice) -> None:
+        if is_main:
+            print(f"backend: {choice.backend} on {choice.device} ({choice.reason})", file=sys.stderr)
+
+    try:
+        result = run_sweep(nproc=args.nproc, backend=args.backend, device=args.device, op=args.op,
+                           min_bytes=args.min_bytes, max_bytes=args.max_bytes, factor=args.factor, dtype=args.dtype,
+                           warmup=args.warmup, budget_ms=args.budget_ms, timeout_s=args.timeout,
+                           progress=not args.no_progress, raise_on_wrong=False, fault_rank=args.fault_rank,
+                           fault=args.fault, oversubscribe=args.oversubscribe or None, on_start=announce)
+    except RankError as exc:
+        if is_main:
+            print(f"error: {exc}".splitlines()[0], file=sys.stderr)
+        return 1
+    if not is_main:
+        return 1 if result.wrong else 0
+    print_rows(result.frame, result.meta, args.json, args.csv)
+    if not args.no_save:
+        print(f"saved: {save_sweep(result)}", file=sys.stderr)
+    if result.wrong:
+        print(f"error: {result.wrong} wrong element(s) in the results; see the #wrong column", file=sys.stderr)
+        return 1
+    return 0

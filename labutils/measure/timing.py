@@ -1,0 +1,163 @@
+"""Honest timers: CUDA events on a GPU, barrier-synchronised perf_counter on the CPU.
+
+GPU work is asynchronous: a host clock read right after a launch measures the launch, not the
+work. On CUDA we record events on the stream and read them after synchronising. On the CPU
+(gloo) collectives block, and a barrier before the first iteration starts every rank's clock
+together. Warm-up is never timed: callers run it before `time_loop`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from labutils.measure.launch import barrier_kwargs
+
+
+def is_cuda(device: str) -> bool:
+    return str(device).startswith("cuda")
+
+
+def synchronize(device: str) -> None:
+    """Wait until all queued work on `device` has finished (no-op on the CPU)."""
+    if is_cuda(device):
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def barrier(device: str = "cpu") -> None:
+    """All ranks wait here (when a process group is up), after finishing queued device work.
+
+    NCCL's barrier is told which GPU this rank uses (`launch.barrier_kwargs`); gloo needs nothing.
+    """
+    import torch.distributed as dist
+
+    synchronize(device)
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier(**barrier_kwargs(dist.get_backend(), device))
+
+
+def line_up(device: str = "cpu", untimed_step: Callable[[], object] | None = None) -> None:
+    """Start a timed repetition with every rank in step.
+
+    A barrier alone is not enough: ranks leave it up to a scheduler wake-up apart (milliseconds
+    on a busy CPU), and a step timed straight after it charges that skew to its first collective.
+    When `untimed_step` (a step that communicates) is given, it runs once, untimed, after the
+    barrier: its all-reduce lines the ranks up as consecutive layers or training steps are.
+    """
+    barrier(device)
+    if untimed_step is not None:
+        untimed_step()
+
+
+class _Clock:
+    """Start/stop a device clock. Elapsed time in milliseconds after `elapsed_ms()`."""
+
+    def __init__(self, device: str):
+        self.device = str(device)
+        if is_cuda(self.device):
+            import torch
+
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._stop = torch.cuda.Event(enable_timing=True)
+        self._t0 = self._t1 = None
+
+    def start(self) -> None:
+        if is_cuda(self.device):
+            self._start.record()
+        else:
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        if is_cuda(self.device):
+            self._stop.record()
+        else:
+            self._t1 = time.perf_counter()
+
+    def elapsed_ms(self) -> float:
+        if is_cuda(self.device):
+            self._stop.synchronize()
+            return float(self._start.elapsed_time(self._stop))
+        return (self._t1 - self._t0) * 1e3
+
+
+def time_loop(fn: Callable[[], object], iters: int, device: str = "cpu", sync_ranks: bool = True) -> float:
+    """Mean milliseconds per call of `fn` over `iters` back-to-back calls.
+
+    With `sync_ranks`, a barrier first lines up every rank's start (synchronised clocks).
+    Total time = stop - start after the device has drained; per call = total / iters.
+    """
+    if iters < 1:
+        raise ValueError(f"iters={iters} is outside the allowed range [1, inf)")
+    if sync_ranks:
+        barrier(device)
+    else:
+        synchronize(device)
+    clock = _Clock(device)
+    clock.start()
+    for _ in range(iters):
+        fn()
+    clock.stop()
+    synchronize(device)
+    return clock.elapsed_ms() / iters
+
+
+class SectionTimer:
+    """Accumulates time per named section: `with timer.section("compute"): ...`.
+
+    On CUDA each section is a pair of events resolved by `totals_ms()`; on the CPU each is a
+    perf_counter interval. `totals_ms()` returns {name: summed ms}; `samples_ms()` every interval.
+    """
+
+    def __init__(self, device: str = "cpu"):
+        self.device = str(device)
+        self._pending: list[tuple[str, _Clock]] = []
+
+    @contextmanager
+    def section(self, name: str):
+        clock = _Clock(self.device)
+        clock.start()
+        try:
+            yield
+        finally:
+            clock.stop()
+            self._pending.append((name, clock))
+
+    def samples_ms(self) -> dict[str, list[float]]:
+        synchronize(self.device)
+        out: dict[str, list[float]] = {}
+        for name, clock in self._pending:
+            out.setdefault(name, []).append(clock.elapsed_ms())
+        return out
+
+    def totals_ms(self) -> dict[str, float]:
+        return {name: sum(v) for name, v in self.samples_ms().items()}
+
+
+@dataclass(frozen=True)
+class RankStats:
+    """One number seen from all ranks: the mean over ranks and the slowest rank."""
+
+    mean: float
+    max: float
+    min: float
+
+
+def across_ranks(value: float, device: str = "cpu") -> RankStats:
+    """All-reduce `value` to its mean, max and min over ranks (every rank must call this)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return RankStats(value, value, value)
+    dev = device if is_cuda(device) else "cpu"
+    t = torch.tensor([value, value, -value], dtype=torch.float64, device=dev)
+    total = t[:1].clone()
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    extremes = t[1:].clone()
+    dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
+    world = dist.get_world_size()
+    return RankStats(float(total[0]) / world, float(extremes[0]), -float(extremes[1]))

@@ -1,0 +1,260 @@
+"""Data-parallel training, the model: gradient and bucket sizes of the MLP, and the predicted step
+time (notebook 08, the DDP scaling dashboard). Pure functions: no launcher, no torch, no files.
+
+Prediction (times in ms, bytes, decimal GB/s): compute from the one-rank step (or, where ranks
+share a GPU, from the N-rank run's own backward: `bounds_compute`); comm = the sum over DDP's
+buckets of the measured all-reduce curve read at each bucket's size (`bucket_comm_ms`, log-log
+interpolation of the sweep; one alpha-beta line over 1 KiB-64 MiB misses gloo's bandwidth
+falling once messages leave the cache), or the line buckets * alpha_us / 1e3 + 2(N-1)/N *
+grad_bytes / (busbw_GBps * 1e6) when no sweep is given; then no overlap = compute + comm (the
+sum bound) and ideal overlap = forward + optimizer + max(backward, comm) (the max bound: only
+backward can hide communication). labutils.experiments.ddp_step.contention_worker measures why the bounds fail on a CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from labutils.core.arrays import safe_divide
+from labutils.core.busbw import bus_factor, element_bytes
+from labutils.core.inputs import check_choice, check_int, check_range
+from labutils.model.fit import CurvePrediction, allreduce_ms, interpolate_time_us
+
+FIRST_BUCKET_MB = 1.0  # DDP puts the last layers' gradients into a small first bucket (1 MiB)
+
+
+BYTES_PER_PARAM = element_bytes("float32")
+
+
+def mlp_param_count(width: int, depth: int) -> int:
+    """Parameters of `depth` Linear(width, width) layers with bias: depth * (width^2 + width)."""
+    return depth * (width * width + width)
+
+
+def mlp_gradient_bytes(width: int, depth: int) -> int:
+    """Bytes all-reduced per step: 4 bytes per float32 parameter."""
+    return BYTES_PER_PARAM * mlp_param_count(width, depth)
+
+
+def mlp_for_gradient_bytes(target_bytes: float, depth: int = 4) -> int:
+    """The width whose MLP of `depth` layers has a gradient closest to `target_bytes` (at least 8)."""
+    check_range("target_bytes", target_bytes, low=1024, high=2**34, unit="bytes")
+    depth = check_int("depth", depth, low=1, high=64)
+    per_layer = target_bytes / BYTES_PER_PARAM / depth  # w^2 + w = per_layer
+    width = (-1 + math.sqrt(1 + 4 * per_layer)) / 2
+    return max(8, int(round(width)))
+
+
+def ddp_bucket_sizes(param_bytes: list[int], bucket_cap_mb: float,
+                     first_bucket_mb: float = FIRST_BUCKET_MB) -> list[int]:
+    """The bytes of each all-reduce DDP issues per step: parameters in reverse order, packed greedily.
+
+    The first bucket closes at `first_bucket_mb` MiB, later ones at `bucket_cap_mb` MiB; a tensor
+    larger than the cap gets a bucket of its own. (DDP's own packing, without its dtype split.)
+    """
+    check_range("bucket_cap_mb", bucket_cap_mb, low=0, low_open=True, unit="MiB")
+    buckets: list[int] = []
+    filled, cap = 0, first_bucket_mb * 2**20
+    for nbytes in reversed(param_bytes):
+        filled += int(nbytes)
+        if filled >= cap:
+            buckets.append(filled)
+            filled, cap = 0, bucket_cap_mb * 2**20
+    if filled:
+        buckets.append(filled)
+    return buckets
+
+
+def ddp_bucket_count(param_bytes: list[int], bucket_cap_mb: float, first_bucket_mb: float = FIRST_BUCKET_MB) -> int:
+    """How many all-reduces DDP issues per step (`ddp_bucket_sizes`)."""
+    return len(ddp_bucket_sizes(param_bytes, bucket_cap_mb, first_bucket_mb))
+
+
+def _mlp_param_bytes(width: int, depth: int) -> list[int]:
+    sizes = []
+    for _ in range(depth):
+        sizes += [BYTES_PER_PARAM * width * width, BYTES_PER_PARAM * width]
+    return sizes
+
+
+def mlp_bucket_sizes(width: int, depth: int, bucket_cap_mb: float) -> list[int]:
+    """`ddp_bucket_sizes` for the lab's MLP (weight then bias of each layer)."""
+    return ddp_bucket_sizes(_mlp_param_bytes(width, depth), bucket_cap_mb)
+
+
+def mlp_bucket_count(width: int, depth: int, bucket_cap_mb: float) -> int:
+    """`ddp_bucket_count` for the lab's MLP (weight then bias of each layer)."""
+    return len(mlp_bucket_sizes(width, depth, bucket_cap_mb))
+
+
+def bucket_size_range(widths, depth: int, bucket_caps_mb=(), default_cap_mb: float = 25.0) -> tuple[int, int]:
+    """(smallest, largest) all-reduce a set of runs makes, in bytes: DDP's buckets of every model
+    at the default cap, of the widest at each of `bucket_caps_mb`, and each whole gradient (the
+    no-overlap variant). The range an all-reduce sweep must cover to predict them all."""
+    widths = [int(w) for w in np.atleast_1d(widths)]
+    sizes = [b for w in widths for b in mlp_bucket_sizes(w, depth, default_cap_mb)]
+    sizes += [b for c in bucket_caps_mb for b in mlp_bucket_sizes(max(widths), depth, float(c))]
+    sizes += [mlp_gradient_bytes(w, depth) for w in widths]
+    return int(min(sizes)), int(max(sizes))
+
+
+@dataclass(frozen=True)
+class ExperimentPlan:
+    """Model sizes (gradient MiB), per-rank batch, DDP bucket caps, steps and warm-up of notebook 08,
+    and why they suit the route."""
+
+    gradient_mib: tuple[float, ...]
+    batch_per_rank: int
+    bucket_caps_mb: tuple[float, ...]
+    steps: int
+    warmup: int
+    why: str
+
+
+def experiment_plan(route, quick: bool) -> ExperimentPlan:
+    """The sizes for `route` (a machine.Route; only its device and GPU sharing matter).
+
+    The bounds say something only when backward and the all-reduce are of the same order. Their
+    ratio is about batch x busbw / flop rate, whatever the width (backward ~ 4 b W^2 depth flops,
+    the gradient 4 W^2 depth bytes). A CPU core (~1e10-1e11 flop/s) against gloo on CPU (~1 GB/s)
+    is there at b = 32; a GPU (~6.7e13 fp32 flop/s on an H200) against gloo through host memory
+    (~1.7 GB/s, and the GPU's time shared by the ranks) needs thousands of rows: b = 8192, and 4096
+    with a GPU per rank and NCCL.
+    """
+    if not getattr(route, "on_gpu", False):
+        if quick:
+            return ExperimentPlan((1, 4), 32, (0.5, 2), 6, 2, "CPU: one core per rank; small models keep it quick")
+        return ExperimentPlan((2, 8, 32, 64), 32, (1, 4, 16, 64), 20, 3,
+                              "CPU: one core per rank, a batch of 32 rows per rank")
+    batch = 8192 if route.shares_gpu else 4096
+    why = (f"GPU: compute takes microseconds per row, so {batch} rows per rank give a backward pass of "
+           "milliseconds, comparable to the all-reduce")
+    if quick:
+        return ExperimentPlan((4, 16), batch // 4, (1, 4), 6, 2, why)
+    return ExperimentPlan((2, 8, 32, 64), batch, (1, 4, 16, 64), 20, 3, why)
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """Predicted N-rank step (ms): `no_overlap_ms` (sum bound) >= measured >= `overlap_ms` (max bound)."""
+
+    forward_ms: float
+    backward_ms: float
+    optimizer_ms: float
+    comm_ms: float
+    buckets: int
+
+    @property
+    def compute_ms(self) -> float:
+        return self.forward_ms + self.backward_ms + self.optimizer_ms
+
+    @property
+    def no_overlap_ms(self) -> float:
+        """compute + comm: nothing hidden."""
+        return self.compute_ms + self.comm_ms
+
+    @property
+    def overlap_ms(self) -> float:
+        """forward + max(backward, comm) + optimizer: all comm hidden behind backward if it fits."""
+        return self.forward_ms + max(self.backward_ms, self.comm_ms) + self.optimizer_ms
+
+
+def predict_step(single_row, world_size: int, busbw_GBps: float, alpha_us: float = 0.0,
+                 buckets: int = 1) -> StepPrediction:
+    """The N-rank step from a one-rank summary row (its medians) and the link's alpha and busbw."""
+    comm = allreduce_ms(single_row["gradient_bytes"], world_size, busbw_GBps, alpha_us, buckets)
+    return StepPrediction(float(single_row["forward_ms"]), float(single_row["backward_ms"]),
+                          float(single_row["optimizer_ms"]), float(comm), int(buckets))
+
+
+def bucket_comm_ms(sweep: pd.DataFrame, bucket_bytes) -> tuple[float, CurvePrediction]:
+    """The all-reduce time of a step's buckets read off the measured sweep, in ms: the sum over
+    buckets of the measured curve interpolated at each bucket's size (`fit.interpolate_time_us`).
+    The sweep must have run on the step's rank count. Returns (ms, the per-bucket reading)."""
+
+    reading = interpolate_time_us(sweep, list(bucket_bytes))
+    return float(np.sum(reading.time_us)) / 1e3, reading
+
+
+def is_between(measured_ms: float, prediction: StepPrediction) -> bool:
+    """Ideal overlap <= measured <= no overlap: the step lies between its two bounds."""
+    return prediction.overlap_ms <= measured_ms <= prediction.no_overlap_ms
+
+
+def bounds_compute(route) -> str:
+    """Where the bounds take compute from on `route` (a machine.Route): "n_rank" (the N-rank run's
+    own backward without sync) when ranks share a GPU, whose compute then runs at a fraction of
+    the one-rank speed; else "one_rank" (a true prediction from one rank)."""
+    return "n_rank" if getattr(route, "shares_gpu", False) else "one_rank"
+
+
+def bounds_expected(route) -> bool:
+    """Should the measured DDP step lie between the bounds on `route`? Yes on a GPU, where the
+    compute runs on the GPU and the all-reduce elsewhere (gloo's CPU threads, or NCCL's own
+    kernels beside backward), so overlap is real. Not on the CPU route: backward and gloo's
+    threads share the ranks' cores (`contention_worker` shows it with numbers)."""
+    return bool(getattr(route, "on_gpu", False))
+
+
+def between_bounds_figure(table: pd.DataFrame) -> str:
+    """"k/n": of the n DDP runs with default buckets in a `prediction_table`, k lay between the bounds."""
+    ddp = table[(table["mode"] == "ddp") & (table["bucket_cap_mb"] == DEFAULT_BUCKET_MB)]
+    return f"{int(ddp['between'].sum())}/{len(ddp)}"
+
+
+def predicted_efficiency(gradient_bytes, busbw_GBps, compute_ms, world_size, alpha_us=0.0, buckets=1,
+                         hideable=0.0, scaling="weak"):
+    """Predicted scaling efficiency (0..1) of an N-rank data-parallel step; numpy-vectorised.
+
+    `compute_ms` is the one-rank step at the per-rank batch (weak) or at the global batch
+    (strong: each rank then computes compute_ms / N). A share `hideable` (0..1) of the compute,
+    the backward pass, can hide communication: T_N = (1 - h) c + max(h c, comm).
+    weak: efficiency = compute_ms / T_N;  strong: efficiency = compute_ms / (N T_N).
+    hideable=0 is the no-overlap (sum) bound, hideable=1 the max bound.
+    """
+    check_range("compute_ms", compute_ms, low=0, low_open=True, unit="ms")
+    check_range("hideable", hideable, low=0, high=1)
+    check_choice("scaling", scaling, ("weak", "strong"))
+    n = np.asarray(world_size, dtype=float)
+    c = np.asarray(compute_ms, dtype=float) / (n if scaling == "strong" else 1.0)
+    h = np.asarray(hideable, dtype=float)
+    comm = allreduce_ms(gradient_bytes, n, busbw_GBps, alpha_us, buckets)
+    t_n = (1 - h) * c + np.maximum(h * c, comm)
+    eff = np.asarray(compute_ms, float) / ((n if scaling == "strong" else 1.0) * t_n)
+    return float(eff) if np.ndim(eff) == 0 else eff
+
+
+def min_busbw_for_efficiency(gradient_bytes, compute_ms, world_size, efficiency=0.9, alpha_us=0.0, buckets=1):
+    """Smallest bus bandwidth (GB/s) for a weak-scaling efficiency without overlap, or inf ("never").
+
+    E = c / (c + comm)  =>  comm <= c (1/E - 1); the wire part 2(N-1)/N V / (B 1e6) must fit in what
+    is left after the latency, so B >= 2(N-1)/N V / (1e6 (c (1/E - 1) - buckets alpha / 1e3)).
+    """
+    check_range("efficiency", efficiency, low=0, high=1, low_open=True)
+    room_ms = np.asarray(compute_ms, float) * (1 / np.asarray(efficiency, float) - 1) \
+        - np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3
+    need = bus_factor("all_reduce", world_size) * np.asarray(gradient_bytes, float) / 1e6
+    bw = safe_divide(need, room_ms)
+    bw = np.where(need == 0, 0.0, bw)
+    return float(bw) if bw.ndim == 0 else bw
+
+
+def max_hidden_gradient_bytes(backward_ms, busbw_GBps, world_size, alpha_us=0.0, buckets=1):
+    """The largest gradient whose all-reduce fits behind the backward pass (ideal overlap), bytes.
+
+    comm = buckets alpha + 2(N-1)/N V / (B 1e6) <= backward
+    =>  V <= (backward - buckets alpha / 1e3) B 1e6 / (2(N-1)/N).
+    Unlimited (inf) for N = 1; 0 when the latencies alone outlast backward.
+    """
+    room_ms = np.maximum(0.0, np.asarray(backward_ms, float)
+                         - np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3)
+    factor = bus_factor("all_reduce", world_size)
+    out = safe_divide(room_ms * np.asarray(busbw_GBps, float) * 1e6, factor)
+    return float(out) if out.ndim == 0 else out
+
+
+DEFAULT_BUCKET_MB = 25.0  # DDP's default bucket_cap_mb

@@ -1,0 +1,290 @@
+"""Predicting all-reduce time: the latency + bandwidth (alpha-beta) model, fitted to a sweep.
+
+    time_us(size_bytes, N) = alpha_us + 2(N-1)/N * size_bytes / (busbw_GBps * 1e3)
+
+`alpha_us` is the fixed cost of one all-reduce (launch, handshakes, one trip round the ring);
+the second term is the article's T = 2(N-1)/N * bytes / busbw, with busbw in decimal GB/s
+(1 GB/s = 1e3 bytes per microsecond). The fit weighs every size by its relative error, so the
+microsecond-scale small messages count as much as the millisecond-scale large ones.
+
+A pure model (notebook 04): no launcher, no files. A fitted link is saved and read back by
+labutils.measure.my_link; the sweep that measures it is labutils.measure.sweep.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import socket
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from labutils.core.busbw import bus_factor
+from labutils.core.inputs import LabInputError, check_broadcast, check_range
+from labutils.core.units import format_size
+
+# The source article's example: a 200 MB gradient (decimal MB) on a link with busbw ~22 GB/s.
+ARTICLE_GRADIENT_BYTES = 200e6
+ARTICLE_BUSBW_GBps = 22.0
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """A measured link: fixed cost `alpha_us` per all-reduce and asymptotic `busbw_GBps`.
+
+    Fit quality: `n_points` sizes used; `heldout_median_error` and `heldout_max_error` are
+    relative errors |predicted - measured| / measured on sizes left out of a second fit
+    (NaN when there were too few sizes to hold any out). `source` says where it came from.
+    """
+
+    alpha_us: float
+    busbw_GBps: float
+    world_size: int
+    backend: str
+    device: str
+    n_points: int = 0
+    heldout_median_error: float = math.nan
+    heldout_max_error: float = math.nan
+    source: str = ""
+
+    @property
+    def latency_ms(self) -> float:
+        """The fixed cost in milliseconds (what the time-budget model calls the latency)."""
+        return self.alpha_us / 1e3
+
+    def budget_params(self) -> dict:
+        """The link in the time budget's names (labutils.model.budget): latency_ms = alpha_us / 1e3 and
+        bandwidth_GBps = busbw_GBps. The one translation; presets, notebooks 07 and 08 use it."""
+        return {"latency_ms": self.latency_ms, "bandwidth_GBps": self.busbw_GBps}
+
+    @property
+    def name(self) -> str:
+        return f"my link: {self.backend}/{self.device}, {self.world_size} ranks"
+
+
+def allreduce_ms(size_bytes, world_size, busbw_GBps, alpha_us=0.0, buckets=1):
+    """All-reduce time of `size_bytes` sent in `buckets` pieces (one all-reduce each), in ms:
+
+        buckets * alpha_us / 1e3 + 2(N-1)/N * size_bytes / (busbw_GBps * 1e6)
+
+    The second term is the article's T = 2(N-1)/N * bytes / busbw: 200e6 bytes at 22 GB/s take
+    9.1 ms on N=2, 15.9 ms on N=8. N=1 sends nothing (0 ms); a busbw of 0 answers math.inf
+    ("never"). The one all-reduce time of the lab: the fit's predictions, the data-parallel step
+    (labutils.model.ddp_model) and the dashboards all call it. Works on numpy arrays; LabInputError for
+    a negative size, bandwidth or alpha, or N < 1.
+    """
+    check_range("size_bytes", size_bytes, low=0, unit="bytes")
+    check_range("busbw_GBps", busbw_GBps, low=0, unit="GB/s")
+    check_range("world_size", world_size, low=1)
+    check_range("alpha_us", alpha_us, low=0, high=np.inf, high_open=True, unit="us")
+    check_range("buckets", buckets, low=1, high=np.inf, high_open=True, unit="all-reduces")
+    if not np.all(np.mod(np.asarray(buckets, dtype=float), 1) == 0):
+        raise LabInputError(f"buckets={buckets!r} must be a whole number of all-reduces")
+    check_broadcast(size_bytes=size_bytes, world_size=world_size, busbw_GBps=busbw_GBps, alpha_us=alpha_us,
+                    buckets=buckets)
+    n = np.asarray(world_size, dtype=float)
+    factor = bus_factor("all_reduce", n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wire = factor * np.asarray(size_bytes, dtype=float) / (np.asarray(busbw_GBps, dtype=float) * 1e6)
+    wire = np.where((factor == 0) | (np.asarray(size_bytes, dtype=float) == 0), 0.0, wire)
+    comm = np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3 + wire
+    comm = np.where(n > 1, comm, 0.0)
+    return float(comm) if comm.ndim == 0 else comm
+
+
+def latency_term_us(world_size, alpha_step_us: float, algorithm: str = "ring"):
+    """Latency part of an all-reduce built from point-to-point steps of cost `alpha_step_us`.
+
+    ring: 2(N-1) steps (N-1 reduce-scatter + N-1 all-gather) -> 2(N-1) * alpha_step_us;
+    tree: up the tree and down again, 2 * ceil(log2 N) steps -> 2 * ceil(log2 N) * alpha_step_us.
+    The ring grows linearly with N, the tree logarithmically: why NCCL prefers trees at scale
+    for small messages.
+    """
+    check_range("world_size", world_size, low=1, high=np.inf, high_open=True)
+    check_range("alpha_step_us", alpha_step_us, low=0, high=np.inf, high_open=True, unit="us")
+    n = np.asarray(world_size, dtype=float)
+    if algorithm == "ring":
+        steps = 2.0 * (n - 1.0)
+    elif algorithm == "tree":
+        steps = 2.0 * np.ceil(np.log2(n))
+    else:
+        raise LabInputError(f"algorithm={algorithm!r} is not one of: ring, tree")
+    out = steps * alpha_step_us
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def article_table(busbw_GBps: float = ARTICLE_BUSBW_GBps, size_bytes: float = ARTICLE_GRADIENT_BYTES,
+                  world_sizes=(2, 4, 8)) -> pd.DataFrame:
+    """The article's example as a table: N, factor 2(N-1)/N, bandwidth-only all-reduce time (ms)."""
+    n = np.asarray(world_sizes, dtype=float)
+    return pd.DataFrame({"world_size": np.asarray(world_sizes, dtype=int),
+                         "factor": bus_factor("all_reduce", n),
+                         "time_ms": allreduce_ms(size_bytes, n, busbw_GBps)})
+
+
+# --- fitting ---------------------------------------------------------------------------------
+
+def _bus_bytes(frame: pd.DataFrame) -> np.ndarray:
+    """Bytes each rank effectively moves: size_bytes * bus factor of the row's collective."""
+    ops = frame["op"] if "op" in frame else pd.Series(["all_reduce"] * len(frame), index=frame.index)
+    factors = [bus_factor(op, int(n)) for op, n in zip(ops, frame["world_size"])]
+    return frame["size_bytes"].to_numpy(dtype=float) * np.asarray(factors)
+
+
+def _solve(x_bytes: np.ndarray, t_us: np.ndarray) -> tuple[float, float]:
+    """Least squares of t = a + b x in relative error; a >= 0, b >= 0.
+
+    With w = 1/t (per us) it minimises sum((a w + b x w - 1)^2), the squared relative errors.
+    When the best a is negative the optimum with a >= 0 lies on a = 0, where
+    d/db sum((b x w - 1)^2) = 0 gives b = sum(x w) / sum((x w)^2); when time does not grow with
+    size, b = 0 and a = sum(w) / sum(w^2). Returns (alpha_us, us_per_bus_byte).
+    """
+    w = 1.0 / t_us
+    design = np.column_stack([w, x_bytes * w])
+    (a, b), *_ = np.linalg.lstsq(design, np.ones_like(t_us), rcond=None)
+    if a < 0:  # the fixed cost is too small to see: fit the bandwidth alone
+        a, b = 0.0, float(np.sum(x_bytes * w) / np.sum((x_bytes * w) ** 2))
+    if b <= 1e-9 * a / max(float(np.max(x_bytes)), 1.0):  # time does not grow with size: latency only
+        a, b = float(np.sum(w) / np.sum(w * w)), 0.0
+    return float(a), float(b)
+
+
+def _clean_frame(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    needed = {"size_bytes", "world_size", column}
+    missing = needed - set(frame.columns)
+    if missing:
+        raise LabInputError(f"the sweep frame lacks column(s) {sorted(missing)}; have {list(frame.columns)}")
+    rows = frame[(frame[column] > 0) & (frame["size_bytes"] > 0)]
+    if "wrong" in rows:
+        rows = rows[~(rows["wrong"].fillna(0) > 0)]  # a wrong result is not a measurement
+    if "in_place" in rows and rows["in_place"].nunique() > 1:
+        rows = rows[~rows["in_place"].astype(bool)]  # nccl-tests logs: keep the out-of-place half
+    if len(rows) < 2:
+        raise LabInputError(f"fitting needs at least 2 sizes with a positive {column}; got {len(rows)}")
+    worlds = rows["world_size"].unique()
+    if len(worlds) != 1 or int(worlds[0]) < 2:
+        raise LabInputError(f"fitting needs one world size >= 2 in the frame; got {sorted(worlds)}")
+    return rows.sort_values("size_bytes")
+
+
+def _to_fit(a: float, b: float, n_points: int, world: int, backend: str, device: str, source: str) -> LinkFit:
+    busbw = math.inf if b == 0 else 1.0 / (b * 1e3)
+    return LinkFit(a, busbw, world, backend, device, n_points, source=source)
+
+
+def split_alternate(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(train, held-out): sizes sorted, every other one held out, both ends kept for training."""
+    rows = frame.sort_values("size_bytes").reset_index(drop=True)
+    held = [i for i in range(1, len(rows) - 1, 2)]
+    return rows.drop(index=held), rows.loc[held]
+
+
+def relative_errors(frame: pd.DataFrame, fit: LinkFit, column: str = "time_us") -> pd.DataFrame:
+    """size_bytes, measured_us, predicted_us, rel_error = |predicted - measured| / measured."""
+    measured = frame[column].to_numpy(dtype=float)
+    bus = _bus_bytes(frame)
+    predicted = fit.alpha_us + (0.0 if math.isinf(fit.busbw_GBps) else bus / (fit.busbw_GBps * 1e3))
+    return pd.DataFrame({"size_bytes": frame["size_bytes"].to_numpy(), "measured_us": measured,
+                         "predicted_us": predicted, "rel_error": np.abs(predicted - measured) / measured})
+
+
+def crossover_bytes(fit: LinkFit, op: str = "all_reduce") -> float:
+    """Message size where the bandwidth term equals alpha: alpha_us * busbw * 1e3 / factor bytes.
+
+    Below it the collective is latency-bound (time ~ alpha), above it bandwidth-bound.
+    """
+    factor = bus_factor(op, fit.world_size)
+    if factor == 0 or math.isinf(fit.busbw_GBps):
+        return math.inf
+    return fit.alpha_us * fit.busbw_GBps * 1e3 / factor
+
+
+def fit_alpha_beta(frame: pd.DataFrame, column: str = "time_us", holdout: bool = True,
+                   source: str | None = None) -> LinkFit:
+    """Fit time = alpha_us + bus_bytes / (busbw_GBps * 1e3) to a sweep, minimising relative error.
+
+    bus_bytes = size_bytes * bus factor (2(N-1)/N for all_reduce), so any collective's sweep fits
+    the same link. Rows with wrong elements are dropped. With `holdout` (and at least 4 sizes),
+    a second fit on every other size predicts the sizes it did not see; their median and max
+    relative error are the fit's quality. The returned alpha and busbw use every size.
+    """
+    rows = _clean_frame(frame, column)
+    world = int(rows["world_size"].iloc[0])
+    backend = str(rows["backend"].iloc[0]) if "backend" in rows else "unknown"
+    device = str(rows["device"].iloc[0]) if "device" in rows else ("cuda" if backend == "nccl" else "cpu")
+    device = "cuda" if device.startswith("cuda") else device
+    source = source or f"measured on {socket.gethostname().split('.')[0]} {_dt.date.today().isoformat()}"
+    a, b = _solve(_bus_bytes(rows), rows[column].to_numpy(dtype=float))
+    fit = _to_fit(a, b, len(rows), world, backend, device, source)
+    if holdout and len(rows) >= 4:
+        train, held = split_alternate(rows)
+        part = _to_fit(*_solve(_bus_bytes(train), train[column].to_numpy(dtype=float)),
+                       len(train), world, backend, device, source)
+        errors = relative_errors(held, part, column)["rel_error"]
+        fit = replace(fit, heldout_median_error=float(errors.median()), heldout_max_error=float(errors.max()))
+    return fit
+
+
+def heldout_table(frame: pd.DataFrame, column: str = "time_us") -> tuple[LinkFit, pd.DataFrame]:
+    """The fit on every other size and its predictions for all sizes, with a `held_out` flag."""
+    rows = _clean_frame(frame, column)
+    train, held = split_alternate(rows)
+    part = fit_alpha_beta(train, column, holdout=False)
+    table = relative_errors(rows, part, column)
+    table["held_out"] = table["size_bytes"].isin(held["size_bytes"])
+    return part, table
+
+
+# --- the measured curve, interpolated -------------------------------------------------------------
+
+EDGE_SLACK = 0.01  # sizes this close past the measured ends count as measured
+
+
+@dataclass(frozen=True)
+class CurvePrediction:
+    """All-reduce times read off a measured sweep. `time_us` per requested size; `extrapolated`
+    marks sizes outside [min_bytes, max_bytes], the range the sweep measured."""
+
+    size_bytes: np.ndarray
+    time_us: np.ndarray
+    extrapolated: np.ndarray
+    min_bytes: int
+    max_bytes: int
+
+    @property
+    def any_extrapolated(self) -> bool:
+        return bool(np.any(self.extrapolated))
+
+    def note(self) -> str:
+        """One sentence on what lies outside the measured range (empty when nothing does)."""
+        if not self.any_extrapolated:
+            return ""
+        sizes = ", ".join(format_size(int(s)) for s in self.size_bytes[self.extrapolated])
+        return (f"{sizes} lie outside the measured {format_size(self.min_bytes)}-{format_size(self.max_bytes)}: "
+                "above it the time grows in proportion to the bytes at the largest size's bandwidth, below it "
+                "the time is the smallest size's (extrapolated, not measured)")
+
+
+def interpolate_time_us(frame: pd.DataFrame, size_bytes, column: str = "time_us") -> CurvePrediction:
+    """All-reduce time for `size_bytes` read off the measured sweep `frame`, in microseconds.
+
+    Inside the measured range: straight lines between neighbouring sizes on log-log axes,
+    log t = log t_i + (log s - log s_i) (log t_j - log t_i) / (log s_j - log s_i), so a curve whose
+    bandwidth falls once messages leave the cache is followed where one alpha-beta line is not.
+    Outside it (flagged in `extrapolated`): above the largest size s_max, t = t_max * s / s_max (the
+    largest size's bandwidth, which a falling curve does not regain); below the smallest, t = t_min
+    (a fixed cost does not shrink). Sizes within EDGE_SLACK (1%) of an end, a model's width
+    rounding past a measured power of two, are not flagged. Rows with wrong elements are dropped;
+    needs 2 sizes or more.
+    """
+    rows = _clean_frame(frame, column).groupby("size_bytes", as_index=False)[column].median()
+    s = rows["size_bytes"].to_numpy(dtype=float)
+    t = rows[column].to_numpy(dtype=float)
+    want = np.atleast_1d(np.asarray(size_bytes, dtype=float))
+    check_range("size_bytes", want, low=0, low_open=True, unit="bytes")
+    inside = np.exp(np.interp(np.log(want), np.log(s), np.log(t)))
+    out = np.where(want > s[-1], t[-1] * want / s[-1], np.where(want < s[0], t[0], inside))
+    beyond = (want > s[-1] * (1 + EDGE_SLACK)) | (want < s[0] / (1 + EDGE_SLACK))
+    return CurvePrediction(want, out, beyond, int(s[0]), int(s[-1]))

@@ -1,0 +1,183 @@
+"""The lab's figures share one look: labelled axes with units, log axes where sizes span decades,
+colours that read on light and dark themes. Arithmetic never lives here.
+
+Here: the look (`apply_style`, `new_figure`, `bytes_axis`), the topology and copy figures
+(notebook 01) and the all-reduce sweep figures (02-04). The time budget's figures are in
+`labutils.show.plots_budget`, the training figures (data-parallel, split layer) in `labutils.show.plots_training`.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+
+from labutils.core.units import format_size
+from labutils.readers.topology import PATHS
+
+# Colour-blind-safe palette (Okabe-Ito) that keeps contrast on white and on dark backgrounds.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#999999"]
+
+STYLE = {
+    "figure.figsize": (7.5, 4.2),
+    "figure.dpi": 100,
+    "figure.facecolor": "white",  # an opaque figure stays readable inside a dark JupyterLab theme
+    "axes.facecolor": "white",
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.titlesize": 12,
+    "axes.labelsize": 11,
+    "legend.fontsize": 9,
+    "legend.frameon": False,
+    "axes.prop_cycle": matplotlib.cycler(color=PALETTE),
+    "savefig.bbox": "tight",
+}
+
+
+def apply_style() -> None:
+    """Use the lab's figure style for every later plot."""
+    matplotlib.rcParams.update(STYLE)
+
+
+def new_figure(nrows: int = 1, ncols: int = 1, **kwargs):
+    """A styled (fig, ax) pair, like plt.subplots."""
+    import matplotlib.pyplot as plt
+
+    apply_style()
+    return plt.subplots(nrows, ncols, **kwargs)
+
+
+def bytes_axis(ax, axis: str = "x", label: str = "message size (bytes, 1024-based)") -> None:
+    """Log2 axis whose ticks read 1K, 64K, 1M, ... ."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2)
+    target.set_major_locator(LogLocator(base=4))
+    target.set_major_formatter(FuncFormatter(lambda v, _: format_size(v)))
+    (ax.set_xlabel if axis == "x" else ax.set_ylabel)(label)
+
+
+# --- topology figures ---
+def topology_heatmap(topo, ax=None, title: str | None = None):
+    """GPU-to-GPU link classes of a Topology as a colour-coded matrix, fastest paths darkest,
+    each cell labelled with its nvidia-smi code. Returns the axes."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    order = ["SYS", "NODE", "PHB", "PXB", "PIX", "NV#"]  # slowest to fastest
+    colours = ["#D55E00", "#E69F00", "#F0E442", "#56B4E9", "#0072B2", "#009E73"]
+    gpus = topo.gpus
+    step = lambda c: order.index("NV#" if c.startswith("NV") else "SYS" if c == "SOC" else c)  # noqa: E731
+    grid = np.full((len(gpus), len(gpus)), np.nan)
+    for i, a in enumerate(gpus):
+        for j, b in enumerate(gpus):
+            if i != j:
+                grid[i, j] = step(topo.link(a, b))
+    if ax is None:
+        size = min(9.0, 2.2 + 0.45 * len(gpus))
+        _, ax = new_figure(figsize=(size + 2.8, size))
+    ax.imshow(np.ma.masked_invalid(grid), cmap=ListedColormap(colours), vmin=-0.5, vmax=len(order) - 0.5)
+    for i, a in enumerate(gpus):
+        for j, b in enumerate(gpus):
+            dark = i != j and order[int(grid[i, j])] in ("SYS", "PIX", "NV#")
+            ax.text(j, i, topo.link(a, b), ha="center", va="center", color="white" if dark else "black",
+                    fontsize=8 if len(gpus) <= 8 else 6)
+    ax.set_xticks(range(len(gpus)), gpus, rotation=90 if len(gpus) > 8 else 0)
+    ax.set_yticks(range(len(gpus)), gpus)
+    ax.grid(False)
+    ax.set_xlabel("to GPU")
+    ax.set_ylabel("from GPU")
+    words = {"NV#": "NVLink (# links)", **{k: v[1] for k, v in PATHS.items()}}
+    present = sorted({step(topo.link(a, b)) for a in gpus for b in gpus if a != b}, reverse=True)
+    ax.legend(handles=[Patch(color=colours[k], label=f"{order[k]}: {words[order[k]]}") for k in present],
+              loc="upper left", bbox_to_anchor=(1.02, 1.0), title="path, fastest first")
+    ax.set_title(title or f"Link classes: {topo.source.rsplit('/', 1)[-1]}")
+    return ax
+
+
+def copy_bandwidth_bars(frame, expected=None, ax=None):
+    """Measured copy bandwidths (GB/s) as bars, one per row of `frame` (copies.measure_copies);
+    `expected` is a list aligned with the rows of (low, high) bands from the link table
+    (copies.Band or tuples), or None per row, drawn as a grey band behind the bar."""
+    labels = [f"{r.kind} {r.src}->{r.dst}" for r in frame.itertuples()]
+    if ax is None:
+        _, ax = new_figure(figsize=(max(6.0, 0.6 * len(labels) + 2), 4.2))
+    shown = False
+    for k, band in enumerate(expected or []):
+        if band is not None:
+            low, high = band
+            ax.fill_between([k - 0.45, k + 0.45], low, high, color="#999999", alpha=0.35, lw=0,
+                            label=None if shown else "link table range (top: the wire's rate)")
+            shown = True
+    ax.bar(range(len(labels)), frame["GBps"], color=PALETTE[0], width=0.6, label="measured")
+    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
+    ax.set_ylabel("copy bandwidth (GB/s, decimal)")
+    ax.set_title("Copy bandwidth against the link table")
+    ax.legend()
+    return ax
+
+
+# --- all-reduce sweep figures ---
+def sweep_busbw(frames: dict, references=(), crossover_bytes: float | None = None, ax=None,
+                title: str = "Bus bandwidth against message size"):
+    """busbw (GB/s, log) against size (log2) for each labelled sweep frame; `references` are
+    (label, GB/s) horizontal lines; `crossover_bytes` splits latency- and bandwidth-bound regions."""
+    if ax is None:
+        _, ax = new_figure()
+    for i, (label, frame) in enumerate(frames.items()):
+        rows = frame[frame["busbw_GBps"] > 0].sort_values("size_bytes")
+        ax.plot(rows["size_bytes"], rows["busbw_GBps"], marker="o", ms=3, color=PALETTE[i % len(PALETTE)], label=label)
+    for j, (label, value) in enumerate(references):
+        ax.axhline(value, ls="--", lw=1, color=PALETTE[(j + 3) % len(PALETTE)], label=f"{label}: {value:g} GB/s")
+    ax.set_yscale("log")
+    bytes_axis(ax)
+    if crossover_bytes:
+        ax.axvline(crossover_bytes, color="0.4", lw=1, ls=":")
+        ax.text(crossover_bytes, 0.02, " bandwidth-bound \u2192", transform=ax.get_xaxis_transform(), fontsize=9)
+        ax.text(crossover_bytes, 0.02, "\u2190 latency-bound ", transform=ax.get_xaxis_transform(), fontsize=9,
+                ha="right")
+    ax.set_ylabel("busbw (GB/s, decimal)")
+    ax.set_title(title)
+    ax.legend(loc="upper left")
+    return ax
+
+
+def sweep_fit(table, fit, ax=None, title: str = "All-reduce time: measured and the \u03b1\u2013\u03b2 model"):
+    """Measured time (dots; held-out sizes hollow) and the fitted line, log-log, plus relative error."""
+    if ax is None:
+        _, ax = new_figure(1, 2, figsize=(11, 4.2))
+    left, right = ax
+    held = table["held_out"] if "held_out" in table else np.zeros(len(table), dtype=bool)
+    left.plot(table["size_bytes"], table["predicted_us"], color=PALETTE[1],
+              label=f"model: \u03b1={fit.alpha_us:.3g} \u00b5s, busbw={fit.busbw_GBps:.3g} GB/s")
+    left.scatter(table["size_bytes"][~held], table["measured_us"][~held], color=PALETTE[0], s=18, label="fitted sizes")
+    left.scatter(table["size_bytes"][held], table["measured_us"][held], facecolors="none", edgecolors=PALETTE[3],
+                 s=30, label="held-out sizes")
+    left.set_yscale("log")
+    bytes_axis(left)
+    left.set_ylabel("time per all-reduce (\u00b5s)")
+    left.set_title(title)
+    left.legend()
+    right.bar(range(len(table)), 100 * table["rel_error"], color=[PALETTE[3] if h else PALETTE[0] for h in held])
+    right.set_xticks(range(len(table)))
+    right.set_xticklabels([format_size(s) for s in table["size_bytes"]], rotation=90, fontsize=8)
+    right.set_xlabel("message size")
+    right.set_ylabel("|predicted \u2212 measured| / measured (%)")
+    right.set_title("Prediction error (red: sizes the fit did not see)")
+    return ax
+
+
+def latency_terms(world_sizes, ring_us, tree_us, ax=None):
+    """The latency term of ring and tree all-reduce against N (log2 x axis)."""
+    if ax is None:
+        _, ax = new_figure()
+    ax.plot(world_sizes, ring_us, marker="o", color=PALETTE[0], label="ring: 2(N\u22121)\u00b7\u03b1_step")
+    ax.plot(world_sizes, tree_us, marker="s", color=PALETTE[1], label="tree: 2\u00b7log\u2082N\u00b7\u03b1_step")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("ranks N")
+    ax.set_ylabel("latency term (\u00b5s)")
+    ax.set_title("Small messages: the ring pays per rank, the tree per level")
+    ax.legend()
+    return ax

@@ -1,0 +1,370 @@
+"""Dashboards: sliders wired to the pure functions of labutils, kept apart from the arithmetic.
+
+The time-budget dashboard (`budget_dashboard`) moves seven sliders, two toggles (the number of
+devices N and the dtype on the wire) and a preset menu; each move recomputes
+`labutils.model.budget.evaluate_n` (the article's two-device model at N = 2, fp32), updates one
+matplotlib figure in place (the same artists, new data) and renders it to PNG into an
+`ipywidgets.Image`, so it works in a plain JupyterLab (no ipympl) and never flickers. The readout
+is an `ipywidgets.HTML` whose numbers sit in elements with `data-key` / `data-value` attributes,
+for tests and browsers to read. An error inside a callback is shown in the readout (class
+`lab-error`), never swallowed.
+
+The data-parallel scaling dashboard (`ddp_scaling_dashboard`, notebook 08) follows the same
+pattern, `labutils.show.dashboard.Dashboard`: controls -> pure compute -> readout and figure in place.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+from dataclasses import dataclass
+
+from labutils.core.inputs import LabInputError
+from labutils.measure.my_link import load_link, saved_links
+from labutils.model.budget import BASE_CASE, check_devices, evaluate_n, verdict, wire_dtype_name
+from labutils.model.ddp_model import predicted_efficiency
+from labutils.model.fit import ARTICLE_BUSBW_GBps, allreduce_ms
+from labutils.readers.links import link_figures
+from labutils.show.dashboard import LABEL, WIDTH, Dashboard, agg_figure, figure_png, layout
+from labutils.show.plots import apply_style
+from labutils.show.plots_budget import budget_curves, label_budget_curves, update_budget_curves
+from labutils.show.plots_training import ddp_efficiency_curves, update_ddp_efficiency_curves
+
+# --- time budget dashboard ---
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named set of the seven budget inputs, with where its figures come from."""
+
+    name: str
+    values: dict
+    source: str
+
+
+def _link_presets(base: dict) -> list[Preset]:
+
+    presets = []
+    for fig in link_figures():
+        gbps = float(fig.low_GBps)
+        presets.append(Preset(f"{fig.name}: {gbps:g} GB/s ({fig.low_kind})", {**base, "bandwidth_GBps": gbps},
+                              f"{fig.low_kind}: the low end of the table's range ({fig.low_GBps:g}-"
+                              f"{fig.high_GBps:g} GB/s, {fig.kind}). Source: {fig.source}. "
+                              f"Startup l kept at the base case's {base['latency_ms']:g} ms (the table gives "
+                              "bandwidth only)."))
+    return presets
+
+
+def _measured_presets(base: dict, directory=None) -> list[Preset]:
+    return [Preset(name, {**base, **link.budget_params()}, source)
+            for name, link, source in saved_links(directory)]
+
+
+def budget_presets(directory=None) -> list[Preset]:
+    """The preset menu: the article's base case, every link of data/link_table.csv (its low end, named
+    with what that figure is: `links.LOW_KINDS`), then every
+    measured link (results of kind "link", written by notebooks 02/04) found in results_dir()."""
+
+    base = {k: float(v) for k, v in BASE_CASE.items()}
+    return ([Preset("article base case: 10 GB/s (hypothetical)", base,
+                    "hypothetical parameters of the source article's worked example (a model, not a card)")]
+            + _link_presets(base) + _measured_presets(base, directory))
+
+
+# key -> (widget class name, description, keyword arguments)
+_SLIDERS = {
+    "bandwidth_GBps": ("FloatLogSlider", "bandwidth B (GB/s)",
+                       {"base": 10, "min": -1, "max": 3, "step": 0.01, "readout_format": ".3r"}),
+    "eta": ("FloatSlider", "efficiency η", {"min": 0.05, "max": 1.0, "step": 0.01, "readout_format": ".2f"}),
+    "latency_ms": ("FloatSlider", "startup ℓ (ms)", {"min": 0.0, "max": 2.0, "step": 0.001, "readout_format": ".3f"}),
+    "C_ms": ("FloatSlider", "compute C (ms)", {"min": 0.0, "max": 100.0, "step": 0.1, "readout_format": ".1f"}),
+    "S_ms": ("FloatSlider", "serial S (ms)", {"min": 0.0, "max": 200.0, "step": 0.1, "readout_format": ".1f"}),
+    "Q": ("IntSlider", "exchanges Q", {"min": 0, "max": 64, "step": 1}),
+    "volume_bytes": ("FloatLogSlider", "bytes per exchange V",
+                     {"base": 10, "min": 3, "max": 10, "step": 0.01, "readout_format": ".4r"}),
+}
+# key -> (description, options, default): the toggles beside the sliders; presets leave them alone
+_CONTROLS = {
+    "N": ("devices N", ((" 2", 2), (" 4", 4), (" 8", 8)), 2),
+    "wire_dtype": ("dtype on the wire", (("fp32", "fp32"), ("bf16", "bf16")), "fp32"),
+}
+_READOUT = (("speedup", "speedup T1/T2", "x"), ("efficiency", "two-device efficiency", ""),
+            ("t_one_ms", "one device T1", "ms"), ("t_two_ms", "two devices T2", "ms"),
+            ("comm_ms", "communication H", "ms"), ("break_even_C_ms", "break-even C", "ms"),
+            ("min_bandwidth_GBps", "minimum bandwidth", "GB/s"), ("min_eta", "minimum η", ""),
+            ("overlap_bound_ms", "perfect-overlap bound", "ms"))
+
+
+def _make_slider(key: str, value: float):
+    import ipywidgets as w
+
+    cls, description, kwargs = _SLIDERS[key]
+    # continuous_update=False: with True the browser re-sends every value it displays snapped to
+    # the slider's step (a preset's 24 GB/s would come back as 23.99), so typed and preset values
+    # would not stay exact. A drag updates on release; arrow keys and typed values at once.
+    slider = getattr(w, cls)(value=value, description=description, continuous_update=False,
+                             style=LABEL, layout=w.Layout(width=WIDTH), **kwargs)
+    slider.add_class("lab-slider")
+    slider.add_class(f"lab-slider-{key.replace('_', '-')}")
+    return slider
+
+
+def _make_control(key: str, value):
+    import ipywidgets as w
+
+    description, options, _ = _CONTROLS[key]
+    control = w.ToggleButtons(options=[(label.strip(), v) for label, v in options], value=value,
+                              description=description, style={**LABEL, "button_width": "60px"},
+                              layout=w.Layout(width=WIDTH))
+    control.add_class("lab-control")
+    control.add_class(f"lab-control-{key.replace('_', '-').lower()}")
+    return control
+
+
+def _readout_labels(N: int) -> tuple:
+    """The readout's rows; the split's rows name N when it is not 2."""
+    if N == 2:
+        return _READOUT
+    names = {"speedup": f"speedup T1/T{N}", "efficiency": f"{N}-device efficiency", "t_two_ms": f"{N} devices T{N}"}
+    return tuple((key, names.get(key, label), unit) for key, label, unit in _READOUT)
+
+
+def _set_slider(slider, value: float) -> None:
+    """Set a slider, widening its range when a preset lies outside it."""
+    if hasattr(slider, "base"):
+        exponent = math.log(value, slider.base) if value > 0 else slider.min
+        slider.min, slider.max = min(slider.min, math.floor(exponent)), max(slider.max, math.ceil(exponent))
+    else:
+        slider.min, slider.max = min(slider.min, value), max(slider.max, value)
+    slider.value = value
+
+
+def _number_text(value: float, unit: str) -> str:
+    if math.isinf(value):
+        return "never"
+    return f"{value:.4g} {unit}".strip()
+
+
+def budget_readout_html(values: dict, budget, verdict: str, preset: Preset | None = None,
+                        settings: dict | None = None) -> str:
+    """Stable HTML for the readout: `[data-key=speedup]` holds `data-value` (repr, or "inf");
+    the inputs sit in `data-<input>` attributes, N and the wire dtype in `data-n`, `data-wire-dtype`."""
+    settings = settings or {"N": 2, "wire_dtype": "fp32"}
+    pays = "pays" if budget.t_two_ms < budget.t_one_ms else "even" if budget.t_two_ms == budget.t_one_ms else "loses"
+    rows = "".join(
+        f'<tr><th style="text-align:left">{label}</th>'
+        f'<td class="lab-value" data-key="{key}" data-value="{getattr(budget, key)!r}">'
+        f"{_number_text(getattr(budget, key), unit)}</td></tr>" for key, label, unit in _readout_labels(settings["N"]))
+    notes = "".join(f'<li data-key="{html.escape(k)}">{html.escape(v)}</li>' for k, v in budget.notes.items())
+    changed = preset is not None and {k: float(v) for k, v in preset.values.items()} != values
+    source = (f'<p class="lab-preset" data-name="{html.escape(preset.name)}" data-changed="{str(changed).lower()}">'
+              f'<b>{html.escape(preset.name)}</b>{" (since changed with the sliders)" if changed else ""}: '
+              f"{html.escape(preset.source)}</p>" if preset else "")
+    inputs = " ".join(f'data-{k.replace("_", "-").lower()}="{v!r}"' for k, v in values.items())
+    inputs += f' data-n="{int(settings["N"])}" data-wire-dtype="{html.escape(str(settings["wire_dtype"]))}"'
+    model = ("" if settings["N"] == 2 and settings["wire_dtype"] == "fp32" else
+             f'<p class="lab-n-note">{int(settings["N"])} devices, a ring all-reduce per exchange: '
+             f'H = Q((N-1)l + 2(N-1)/N V/B), {html.escape(str(settings["wire_dtype"]))} on the wire.</p>')
+    return (f'<div class="lab-readout" data-verdict="{pays}" {inputs}>{model}'
+            f'<p class="lab-verdict"><b>{html.escape(verdict)}</b></p><table>{rows}</table>'
+            f'<ul class="lab-notes">{notes}</ul>{source}'
+            '<p class="lab-model-note"><i>A model with stated assumptions, not a measurement.</i></p></div>')
+
+
+def _dashboard_title(N: int) -> str:
+    many = "two (T2)" if N == 2 else f"{N} (T{N})"
+    return f"one device (T1) against {many} as the divisible compute C grows"
+
+
+@dataclass(frozen=True)
+class BudgetDashboard(Dashboard):
+    """The widgets of the budget dashboard (the pattern of `labutils.show.dashboard.Dashboard`).
+
+    `sliders` maps each input name to its slider; `values()` reads them; `controls` holds the
+    toggles for N and the wire dtype, read by `settings()`; `preset` is the preset menu; `state()`
+    holds the numbers the readout shows (plus "values", "settings", "verdict" and "error"); `png()`
+    is the current figure.
+    """
+
+    controls: dict
+    preset: object
+    presets: tuple
+    _art: dict
+
+    def settings(self) -> dict:
+        """{"N": devices, "wire_dtype": "fp32" or "bf16"} from the toggles."""
+        return {"N": int(self.controls["N"].value), "wire_dtype": str(self.controls["wire_dtype"].value)}
+
+    def compute(self, values: dict) -> dict:
+        settings = self.settings()
+        budget = evaluate_n(**values, **settings)
+        return {**budget.as_dict(), "settings": settings, "verdict": verdict(budget, settings["N"]), "_budget": budget}
+
+    def readout_html(self, values: dict, numbers: dict) -> str:
+        return budget_readout_html(values, numbers["_budget"], numbers["verdict"], self._state.get("_preset"),
+                                   numbers["settings"])
+
+    def draw(self, values: dict, numbers: dict) -> bytes:
+        """Move the artists and return the figure as PNG bytes.
+
+        The still parts (axes, ticks, legend) are drawn once and kept as a background; a move
+        restores it and draws only the moving artists, unless the axis limits had to change or
+        N did (the legend and title name it).
+        """
+        from PIL import Image
+
+        settings = numbers["settings"]
+        ax = self.figure.axes[0]
+        before = (ax.get_xlim(), ax.get_ylim())
+        relabel = self._state.get("_drawn_N", 2) != settings["N"]
+        if relabel:
+            label_budget_curves(self._art, settings["N"], legend_outside=True)
+            ax.set_title(_dashboard_title(settings["N"]))
+            self._state["_drawn_N"] = settings["N"]
+        update_budget_curves(self._art, {**values, **settings}, numbers["_budget"], sticky=True, numbers_in_title=False)
+        canvas = self.figure.canvas
+        if relabel or self._state.get("_background") is None or before != (ax.get_xlim(), ax.get_ylim()):
+            canvas.draw()
+            self._state["_background"] = canvas.copy_from_bbox(self.figure.bbox)
+        canvas.restore_region(self._state["_background"])
+        for artist in self._art.values():
+            self.figure.draw_artist(artist)
+        width, height = canvas.get_width_height()
+        buf = io.BytesIO()
+        rgba = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+        rgba.convert("RGB").save(buf, format="png", compress_level=1)  # fast, lossless, opaque figure
+        return buf.getvalue()
+
+    def load_preset(self, index: int) -> None:
+        """Set every slider from presets[index], then refresh once."""
+        preset = self.presets[index]
+        self._state["_muted"] = True
+        try:
+            for key, value in preset.values.items():
+                _set_slider(self.sliders[key], value)
+        finally:
+            self._state["_muted"] = False
+        self._state["_preset"] = preset
+        self.refresh()
+
+
+def budget_dashboard(presets=None, initial: dict | None = None, dpi: int = 80, N: int = 2,
+                     wire_dtype: str = "fp32") -> BudgetDashboard:
+    """Build the time-budget dashboard: seven sliders, the N and wire-dtype toggles, a preset menu,
+    a readout and one figure.
+
+    `presets` defaults to `budget_presets()`; `initial` (the seven inputs) defaults to the first
+    preset; the menu shows the preset whose values equal `initial`, if any. `N` (2, 4 or 8) and
+    `wire_dtype` ("fp32" or "bf16") set the toggles. Setting `dash.sliders["bandwidth_GBps"].value = 50`
+    or `dash.controls["N"].value = 4` updates readout and figure.
+    """
+    import ipywidgets as w
+
+    presets = tuple(presets if presets is not None else budget_presets())
+    values = {k: float(v) for k, v in (initial or presets[0].values).items()}
+    N, wire_dtype = check_devices(N), wire_dtype_name(wire_dtype)
+    if N not in (2, 4, 8) or wire_dtype not in ("fp32", "bf16"):
+        raise LabInputError(f"N={N} and wire_dtype={wire_dtype!r}: the dashboard offers N in 2, 4, 8 and fp32 or bf16")
+    chosen = next((i for i, p in enumerate(presets) if {k: float(v) for k, v in p.values.items()} == values), None)
+    apply_style()
+    figure = agg_figure(dpi, left=0.08, right=0.66, bottom=0.13, top=0.9)
+    ax = figure.add_subplot()
+    art = budget_curves(ax, {**values, "N": N, "wire_dtype": wire_dtype}, legend_outside=True)
+    ax.set_title(_dashboard_title(N))
+    for artist in art.values():
+        artist.set_animated(True)  # drawn over a kept background, see BudgetDashboard.draw
+    sliders = {key: _make_slider(key, values[key]) for key in _SLIDERS}
+    controls = {"N": _make_control("N", N), "wire_dtype": _make_control("wire_dtype", wire_dtype)}
+    menu = w.Dropdown(options=[(p.name, i) for i, p in enumerate(presets)], value=chosen,
+                      description="preset", style=LABEL, layout=w.Layout(width=WIDTH))
+    menu.add_class("lab-preset-menu")
+    box, readout, image = layout([menu, *sliders.values(), *controls.values()], f"{int(9.0 * dpi)}px")
+    dash = BudgetDashboard(sliders, readout, image, figure, box,
+                           {"_preset": None if chosen is None else presets[chosen], "_drawn_N": N},
+                           controls, menu, presets, art)
+    menu.observe(lambda change: change["new"] is not None and dash.load_preset(change["new"]), names="value")
+    dash.watch([*sliders.values(), *controls.values()])
+    return dash
+
+
+# --- data-parallel scaling widget ---
+
+
+def ddp_scaling_dashboard(gradient_bytes: float = 200e6, busbw_GBps: float | None = None,
+                          compute_ms: float = 100.0, alpha_us: float | None = None, buckets: int = 8,
+                          hideable: float = 0.0, scaling: str = "weak", world_sizes=(2, 4, 8), dpi: int = 80):
+    """Sliders for gradient size, link bandwidth, compute, latency, buckets and overlap; the
+    predicted scaling efficiency for N = 2, 4, 8 as a readout and as curves against gradient size.
+
+    busbw and alpha default to the measured link (`labutils.measure.my_link.load_link`), else the article's
+    22 GB/s and no latency. Returns a `DDPScalingDashboard`: set `dash.sliders["busbw_GBps"].value`
+    and read `dash.state()["efficiency"][8]` or the readout's `[data-key=efficiency-N8]`.
+    """
+    import ipywidgets as w
+
+    link = load_link() if busbw_GBps is None or alpha_us is None else None
+    source = link.name if link is not None else "the article's 22 GB/s link"
+    busbw_GBps = busbw_GBps if busbw_GBps is not None else (link.busbw_GBps if link else ARTICLE_BUSBW_GBps)
+    alpha_us = alpha_us if alpha_us is not None else (link.alpha_us if link else 0.0)
+    # continuous_update off: exact values, as the budget sliders
+    style = {"style": LABEL, "layout": w.Layout(width=WIDTH), "continuous_update": False}
+    sliders = {
+        "gradient_bytes": w.FloatLogSlider(value=gradient_bytes, base=10, min=5, max=10.5, step=0.01,
+                                           description="gradient (bytes)", readout_format=".3g", **style),
+        "busbw_GBps": w.FloatLogSlider(value=busbw_GBps, base=10, min=-1, max=3, step=0.01,
+                                       description="link busbw (GB/s)", readout_format=".3g", **style),
+        "compute_ms": w.FloatLogSlider(value=compute_ms, base=10, min=-1, max=4, step=0.01,
+                                       description="one-rank compute (ms)", readout_format=".3g", **style),
+        "alpha_us": w.FloatSlider(value=alpha_us, min=0, max=max(2000.0, alpha_us), step=1,
+                                  description="latency α (µs)", readout_format=".0f", **style),
+        "buckets": w.IntSlider(value=buckets, min=1, max=64, description="buckets", **style),
+        "hideable": w.FloatSlider(value=hideable, min=0, max=1, step=0.05, description="hideable share",
+                                  readout_format=".2f", **style),
+        "scaling": w.ToggleButtons(options=["weak", "strong"], value=scaling, description="scaling"),
+    }
+    apply_style()
+    figure = agg_figure(dpi, left=0.1, right=0.97, bottom=0.14, top=0.9)
+    box, readout, image = layout(list(sliders.values()), "600px")
+    dash = DDPScalingDashboard(sliders, readout, image, figure, box, {}, tuple(world_sizes), source)
+    dash.watch(sliders.values())
+    return dash
+
+
+@dataclass(frozen=True)
+class DDPScalingDashboard(Dashboard):
+    """The data-parallel widget (the pattern of `labutils.show.dashboard.Dashboard`): `sliders` by input
+    name, `readout` (HTML), `image` (PNG); `state()` holds values, efficiency {N: 0..1}, comm_ms
+    {N: ms} and error (None when all went well)."""
+
+    world_sizes: tuple
+    source: str
+
+    def values(self) -> dict:
+        return {k: (s.value if k == "scaling" else float(s.value)) for k, s in self.sliders.items()}
+
+    def compute(self, values: dict) -> dict:
+        v = values
+        eff = {n: float(predicted_efficiency(v["gradient_bytes"], v["busbw_GBps"], v["compute_ms"], n,
+                                             v["alpha_us"], v["buckets"], v["hideable"], v["scaling"]))
+               for n in self.world_sizes}
+        comm = {n: float(allreduce_ms(v["gradient_bytes"], n, v["busbw_GBps"], v["alpha_us"], v["buckets"]))
+                for n in self.world_sizes}
+        return {"efficiency": eff, "comm_ms": comm}
+
+    def draw(self, values: dict, numbers: dict) -> bytes:
+        if "_art" not in self._state:
+            self._state["_art"] = ddp_efficiency_curves(self.figure.add_subplot(), values, self.world_sizes)
+        update_ddp_efficiency_curves(self._state["_art"], values)
+        return figure_png(self.figure)
+
+    def readout_html(self, values: dict, numbers: dict) -> str:
+        eff, comm = numbers["efficiency"], numbers["comm_ms"]
+        rows = "".join(f'<tr><th>N = {n}</th><td data-key="efficiency-N{n}" data-value="{eff[n]!r}">'
+                       f"{eff[n]:.0%}</td><td>speedup {eff[n] * n:.2f}x</td>"
+                       f'<td data-key="comm-N{n}" data-value="{comm[n]!r}">all-reduce {comm[n]:.3g} ms</td></tr>'
+                       for n in self.world_sizes)
+        return (f'<div class="lab-readout" data-scaling="{values["scaling"]}"><table>{rows}</table>'
+                f"<p>Link preset: {html.escape(self.source)}. Efficiency = one-rank step / N-rank step "
+                f"({'same batch per rank' if values['scaling'] == 'weak' else 'same global batch'}).</p>"
+                "<p><i>A prediction from the model, not a measurement.</i></p></div>")
