@@ -12,8 +12,8 @@ import pytest
 from labutils import cli
 from labutils.core.inputs import LabInputError
 from labutils.core.results import save_result
-from labutils.doctor.doctor import doctor as dr
-from labutils.doctor.doctor import evidence, rules
+from labutils.doctor import doctor as dr
+from labutils.doctor import evidence, rules
 from labutils.readers import pcie
 from labutils.readers.links import pcie_figure
 from labutils.readers.topology import GpuFacts, expected_figure, load_sample, parse_topology, read_topology_file

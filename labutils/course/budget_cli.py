@@ -30,7 +30,7 @@ from labutils.model.budget import (
     wire_dtype_name,
 )
 
-CASES_FILE = Path(__file__).resolve().parent.parent / "data" / "budget_cases.json"
+CASES_FILE = Path(__file__).resolve().parents[2] / "data" / "budget_cases.json"
 
 
 def load_cases(path: str | Path = CASES_FILE) -> list[dict]:
