@@ -2,7 +2,7 @@
 
 The time-budget dashboard (`budget_dashboard`) moves seven sliders, two toggles (the number of
 devices N and the dtype on the wire) and a preset menu; each move recomputes
-`labutils.model.budget.evaluate_n` (the article's two-device model at N = 2, fp32), updates one
+`labutils.model.budget.evaluate` (the article's two-device model at N = 2, fp32), updates one
 matplotlib figure in place (the same artists, new data) and renders it to PNG into an
 `ipywidgets.Image`, so it works in a plain JupyterLab (no ipympl) and never flickers. The readout
 is an `ipywidgets.HTML` whose numbers sit in elements with `data-key` / `data-value` attributes,
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from labutils.core.inputs import LabInputError
 from labutils.measure.my_link import load_link, saved_links
-from labutils.model.budget import BASE_CASE, check_devices, evaluate_n, verdict, wire_dtype_name
+from labutils.model.budget import BASE_CASE, check_devices, evaluate, verdict, wire_dtype_name
 from labutils.model.ddp_model import predicted_efficiency
 from labutils.model.fit import ARTICLE_BUSBW_GBps, allreduce_ms
 from labutils.readers.links import link_figures
@@ -198,8 +198,8 @@ class BudgetDashboard(Dashboard):
 
     def compute(self, values: dict) -> dict:
         settings = self.settings()
-        budget = evaluate_n(**values, **settings)
-        return {**budget.as_dict(), "settings": settings, "verdict": verdict(budget, settings["N"]), "_budget": budget}
+        budget = evaluate(**values, n_devices=settings["N"], wire_dtype=settings["wire_dtype"])
+        return {**budget.as_dict(), "settings": settings, "verdict": verdict(budget), "_budget": budget}
 
     def readout_html(self, values: dict, numbers: dict) -> str:
         return budget_readout_html(values, numbers["_budget"], numbers["verdict"], self._state.get("_preset"),
@@ -222,7 +222,8 @@ class BudgetDashboard(Dashboard):
             label_budget_curves(self._art, settings["N"], legend_outside=True)
             ax.set_title(_dashboard_title(settings["N"]))
             self._state["_drawn_N"] = settings["N"]
-        update_budget_curves(self._art, {**values, **settings}, numbers["_budget"], sticky=True, numbers_in_title=False)
+        update_budget_curves(self._art, {**values, "n_devices": settings["N"], "wire_dtype": settings["wire_dtype"]},
+                             numbers["_budget"], sticky=True, numbers_in_title=False)
         canvas = self.figure.canvas
         if relabel or self._state.get("_background") is None or before != (ax.get_xlim(), ax.get_ylim()):
             canvas.draw()
@@ -270,7 +271,7 @@ def budget_dashboard(presets=None, initial: dict | None = None, dpi: int = 80, N
     apply_style()
     figure = agg_figure(dpi, left=0.08, right=0.66, bottom=0.13, top=0.9)
     ax = figure.add_subplot()
-    art = budget_curves(ax, {**values, "N": N, "wire_dtype": wire_dtype}, legend_outside=True)
+    art = budget_curves(ax, {**values, "n_devices": N, "wire_dtype": wire_dtype}, legend_outside=True)
     ax.set_title(_dashboard_title(N))
     for artist in art.values():
         artist.set_animated(True)  # drawn over a kept background, see BudgetDashboard.draw
