@@ -238,15 +238,6 @@ def summary(rows: list[Connection]) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["transport", "family", "connections", "channels", "rank pairs", "meaning"])
 
 
-def pair_table(rows: list[Connection]) -> pd.DataFrame:
-    """Source rank x destination rank, each cell the transport(s) NCCL used on that connection."""
-    frame = connections_frame(rows)
-    if frame.empty:
-        return pd.DataFrame()
-    joined = frame.groupby(["src_rank", "dst_rank"])["transport"].agg(lambda s: ", ".join(sorted(set(s))))
-    return joined.unstack("dst_rank").fillna("")
-
-
 def samples() -> list[Path]:
     """The lab's sample logs (data/nccl_debug/*.log), by name."""
     return sorted(SAMPLES_DIR.glob("*.log"))
