@@ -34,6 +34,7 @@ import pandas as pd
 from labutils.core.busbw import COLUMNS, DTYPE_ALIASES, DTYPES, OPS, bus_factor
 from labutils.core.inputs import LabInputError, check_choice, check_int
 from labutils.core.results import to_json
+from labutils.readers.files import read_text
 
 _PREFIX = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
 _NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
@@ -368,26 +369,6 @@ def _json_float(value) -> float:
         return math.nan
 
 
-def read_log_file(path, name: str = "log") -> str:
-    """The text of a log file; LabInputError naming `name` for '', a folder, a missing or unreadable file."""
-    text = str(path)
-    if not text.strip():
-        raise LabInputError(f"{name}={text!r} names no file")
-    p = Path(text)
-    try:
-        if p.is_dir():
-            raise LabInputError(f"{name}={text!r} is a folder, not a log file")
-        if not p.exists():
-            raise LabInputError(f"{name}={text!r} does not exist")
-        if not p.is_file():
-            raise LabInputError(f"{name}={text!r} is not a regular file")
-        return p.read_text(encoding="utf-8", errors="replace")
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, LabInputError):
-            raise
-        raise LabInputError(f"{name}={text!r} cannot be read ({type(exc).__name__}: {exc})") from None
-
-
 def parse_nccl_tests(path_or_text, op: str | None = None, nranks: int | None = None) -> NcclTestsLog:
     """Parse a log file, a JSON report, or their text: JSON when the text starts with '{'.
 
@@ -400,7 +381,7 @@ def parse_nccl_tests(path_or_text, op: str | None = None, nranks: int | None = N
         nranks = check_int("nranks", nranks, low=1, high=MAX_RANKS)
     text = str(path_or_text)
     if "\n" not in text and len(text) < 4096:
-        text, source = read_log_file(text), text
+        text, source = read_text(text, "log"), text
     else:
         source = "<text>"
     if text.lstrip().startswith("{"):

@@ -30,6 +30,7 @@ import pandas as pd
 from labutils.core.commands import tool_output
 from labutils.core.inputs import LabInputError, check_choice
 from labutils.core.results import DATA_DIR
+from labutils.readers.files import read_text
 from labutils.readers.links import LinkFigure, link_figure, link_figures, nvlink_figure, pcie_figure, range_kind
 from labutils.readers.pcie import GT_PER_LANE, WIDTHS, pcie_band, scale_to_pcie
 
@@ -221,26 +222,10 @@ def sample_pcie_gen(name: str) -> int:
 
 def read_topology_file(path: str | Path) -> Topology:
     """Parse a saved `nvidia-smi topo -m` output; a bare sample name (e.g. "two_gpu_sys") also works."""
-    text = str(path)
-    samples = ", ".join(list_samples())
-    if not text.strip():
-        raise LabInputError(f"file={text!r} names no file; give a saved `nvidia-smi topo -m` or a sample: {samples}")
-    p = Path(text)
-    try:
-        if not p.exists() and text in list_samples():
-            p = SAMPLES_DIR / f"{text}.txt"
-        if p.is_dir():
-            raise LabInputError(f"file={text!r} is a folder, not a saved `nvidia-smi topo -m`")
-        if not p.exists():
-            raise LabInputError(f"file={text!r} does not exist; samples: {samples}")
-        if not p.is_file():
-            raise LabInputError(f"file={text!r} is not a regular file (a device or a pipe)")
-        content = p.read_text(encoding="utf-8", errors="replace")
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, LabInputError):
-            raise
-        raise LabInputError(f"file={text!r} cannot be read ({type(exc).__name__}: {exc})") from None
-    return parse_topology(content, source=str(p))
+    if str(path) in list_samples() and not Path(str(path)).exists():
+        path = SAMPLES_DIR / f"{path}.txt"
+    hint = f"; give a saved `nvidia-smi topo -m` or a sample: {', '.join(list_samples())}"
+    return parse_topology(read_text(path, "file", hint), source=str(path))
 
 
 def load_sample(name: str) -> Topology:
