@@ -1,5 +1,5 @@
 """The doctor: bands at the links' current generation and width, each cause rule and its ranking,
-the shipped cases, lspci reading, the JSON contract, bad input (one line, exit 2, nothing started),
+the shipped cases, the JSON contract, bad input (one line, exit 2, nothing started),
 the live path with its readings faked, and the planted-fault exercise checker."""
 
 import json
@@ -15,8 +15,8 @@ from labutils.core.results import save_result
 from labutils.doctor import doctor as dr
 from labutils.doctor import evidence, rules
 from labutils.readers import pcie
-from labutils.readers.links import pcie_figure
 from labutils.readers.topology import GpuFacts, expected_figure, load_sample, parse_topology, read_topology_file
+from tests.test_pcie import TWO_ROOTS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCTOR = ROOT / "data" / "doctor"
@@ -57,19 +57,8 @@ def test_path_band_at_x16_is_the_topology_figure(code, gen):
     assert (mine.low_GBps, mine.high_GBps) == pytest.approx((theirs.low_GBps, theirs.high_GBps))
 
 
-def test_pcie_band_follows_generation_and_width():
-    assert pcie.pcie_band(4, 16).high_GBps == pcie_figure(4).high_GBps == 31.5
-    assert pcie.pcie_band(4, 8).high_GBps == pytest.approx(31.5 / 2)
-    assert pcie.pcie_band(3, 16).high_GBps == pytest.approx(pcie.pcie_band(4, 16).high_GBps / 2)
-    assert pcie.spec_GBps(1, 16) == pytest.approx(4.0) and pcie.spec_GBps(2, 16) == pytest.approx(8.0)
-    assert pcie.pcie_band(1, 16).high_GBps == pytest.approx(4.0)
-    assert pcie.pcie_band(1, 16).low_GBps < 4.0
-    assert pcie.pcie_band(6, 16).high_GBps > pcie.pcie_band(5, 16).high_GBps
+def test_path_band_scales_with_width():
     assert evidence.path_band("SYS", 4, 8).high_GBps == pytest.approx(evidence.path_band("SYS", 4, 16).high_GBps / 2)
-    with pytest.raises(LabInputError, match="pcie_gen"):
-        pcie.pcie_band(7, 16)
-    with pytest.raises(LabInputError, match="pcie_width"):
-        pcie.pcie_band(4, 3)
 
 
 # ---- the shipped cases --------------------------------------------------------------------------
@@ -188,51 +177,7 @@ def test_a_link_read_while_idle_is_not_called_downtrained():
 
 # ---- ACS, peer-to-peer, the environment, NVLink -------------------------------------------------------
 
-TWO_ROOTS = """\
-$ sudo lspci -vvv
-00:01.1 PCI bridge: Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge (prog-if 00 [Normal decode])
-\tBus: primary=00, secondary=01, subordinate=01, sec-latency=0
-\tCapabilities: [58] Express (v2) Root Port (Slot+), MSI 00
-\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM L1, Exit Latency L1 <64us
-\t\tLnkSta:\tSpeed 16GT/s (ok), Width x16 (ok)
-\t\tLnkCap2: Supported Link Speeds: 2.5-16GT/s, Crosslink- Retimer+ 2Retimers+ DRS-
-\tCapabilities: [2a0 v1] Access Control Services
-\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans+
-\t\tACSCtl:\tSrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans+
-
-01:00.0 3D controller: NVIDIA Corporation AD102GL [L40S] (rev a1)
-\tCapabilities: [78] Express (v2) Legacy Endpoint, MSI 00
-\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM not supported
-\t\tLnkSta:\tSpeed 8GT/s (downgraded), Width x8 (downgraded)
-
-00:03.1 PCI bridge: Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge (prog-if 00 [Normal decode])
-\tBus: primary=00, secondary=02, subordinate=02, sec-latency=0
-\tCapabilities: [58] Express (v2) Root Port (Slot+), MSI 00
-\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM L1, Exit Latency L1 <64us
-\t\tLnkSta:\tSpeed 16GT/s (ok), Width x16 (ok)
-\tCapabilities: [2a0 v1] Access Control Services
-\t\tACSCtl:\tSrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-
-
-02:00.0 3D controller: NVIDIA Corporation AD102GL [L40S] (rev a1)
-\tCapabilities: [78] Express (v2) Legacy Endpoint, MSI 00
-\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM not supported
-\t\tLnkSta:\tSpeed 16GT/s, Width x16, TrErr- Train- SlotClk+ DLActive- BWMgmt- ABWMgmt-
-02:00.1 Audio device: NVIDIA Corporation AD102 High Definition Audio Controller (rev a1)
-\tCapabilities: [78] Express (v2) Endpoint, MSI 00
-"""
 TWO_PHB = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-31\t0\nGPU1\tPHB\t X \t0-31\t0\n"
-
-
-def test_lspci_is_read_into_devices_links_acs_and_the_tree():
-    devices = pcie.parse_lspci(TWO_ROOTS)
-    gpus = pcie.nvidia_gpus(devices)
-    assert [g.address for g in gpus] == ["0000:01:00.0", "0000:02:00.0"]
-    assert (gpus[0].gen, gpus[0].link_width, gpus[0].cap_gen, gpus[0].link_cap_width) == (3, 8, 4, 16)
-    assert (gpus[1].gen, gpus[1].link_width) == (4, 16), "the older LnkSta layout without (ok) is read too"
-    first, second = pcie.bridges_above(devices, gpus[0]), pcie.bridges_above(devices, gpus[1])
-    assert [b.address for b in first] == ["0000:00:01.1"] and [b.address for b in second] == ["0000:00:03.1"]
-    assert first[0].acs_on == () and first[0].port_type == "Root Port", "DirectTrans+ alone is not ACS blocking"
-    assert second[0].acs_on == ("SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd")
 
 
 def test_acs_is_reported_only_above_the_group_and_from_the_acsctl_line():
