@@ -12,8 +12,8 @@ import pytest
 from labutils import cli
 from labutils.core.inputs import LabInputError
 from labutils.core.results import save_result
+from labutils.doctor import cases, evidence, live, rules
 from labutils.doctor import doctor as dr
-from labutils.doctor import evidence, rules
 from labutils.readers import pcie
 from labutils.readers.topology import GpuFacts, expected_figure, load_sample, parse_topology, read_topology_file
 from tests.test_pcie import TWO_ROOTS
@@ -21,7 +21,7 @@ from tests.test_pcie import TWO_ROOTS
 ROOT = Path(__file__).resolve().parent.parent
 DOCTOR = ROOT / "data" / "doctor"
 SAMPLE_LOG = ROOT / "data" / "nccl_tests" / "sample_all_reduce_2x5090_sys.log"
-CASES = [c["name"] for c in dr.load_cases()]
+CASES = [c["name"] for c in cases.load_cases()]
 
 
 def facts(n, name="NVIDIA L40S", gen=4, width=16, nvlinks=0, p2p=None, **change):
@@ -65,7 +65,7 @@ def test_path_band_scales_with_width():
 
 @pytest.mark.parametrize("name", CASES)
 def test_every_shipped_case_finds_what_it_plants(name):
-    case = next(c for c in dr.load_cases() if c["name"] == name)
+    case = next(c for c in cases.load_cases() if c["name"] == name)
     d = dr.doctor_case(name)
     assert case["plants"] in d.cause_ids, dr.format_diagnosis(d)
     assert d.verdict == case["verdict"]
@@ -74,10 +74,10 @@ def test_every_shipped_case_finds_what_it_plants(name):
 
 
 def test_every_cause_is_planted_by_a_case_and_documented():
-    planted = {c["plants"] for c in dr.load_cases()}
+    planted = {c["plants"] for c in cases.load_cases()}
     assert planted == set(rules.CAUSE_IDS)
     readme = (DOCTOR / "README.md").read_text(encoding="utf-8")
-    for c in dr.load_cases():
+    for c in cases.load_cases():
         assert f"`{c['name']}`" in readme
         for key in ("facts", "lspci", "sweep"):
             if c.get(key):
@@ -96,7 +96,7 @@ def test_case_table_and_facts_table():
 
 def test_case_command_reproduces_the_case(capsys, monkeypatch):
     for name in ("p2p_disabled_by_env", "acs_enabled"):
-        command = dr.case_command(name).split()
+        command = cases.case_command(name).split()
         env = {k: v for k, v in (t.split("=", 1) for t in command if "=" in t and t.startswith("NCCL_"))}
         for k, v in env.items():
             monkeypatch.setenv(k, v)
@@ -360,7 +360,7 @@ def nothing_live(monkeypatch):
         raise AssertionError("a live reading was started")
 
     for name in ("live_facts", "live_lspci", "newest_sweep"):
-        monkeypatch.setattr(dr, name, refuse)
+        monkeypatch.setattr(live, name, refuse)
     monkeypatch.setattr("labutils.readers.topology.live_topology", refuse)
 
 
@@ -428,8 +428,8 @@ def test_bad_input_in_a_real_process():
 def test_live_mode_reads_this_machine(monkeypatch):
     topo = load_sample("two_gpu_phb")
     monkeypatch.setattr("labutils.readers.topology.live_topology", lambda: (topo, ""))
-    monkeypatch.setattr(dr, "live_facts", lambda: (facts(2, name="NVIDIA GeForce RTX 4090", p2p=False), ""))
-    monkeypatch.setattr(dr, "live_lspci", lambda: (pcie.parse_lspci(TWO_ROOTS), "lspci needs root"))
+    monkeypatch.setattr(live, "live_facts", lambda: (facts(2, name="NVIDIA GeForce RTX 4090", p2p=False), ""))
+    monkeypatch.setattr(live, "live_lspci", lambda: (pcie.parse_lspci(TWO_ROOTS), "lspci needs root"))
     monkeypatch.setenv("NCCL_P2P_LEVEL", "SYS")
     record = json.loads((DOCTOR / "sweep_small_2x5090.json").read_text())
     import pandas as pd
@@ -469,19 +469,19 @@ def test_live_readers_with_their_sources_faked(monkeypatch):
 
     denied = "01:00.0 3D controller: NVIDIA Corporation AD102GL [L40S] (rev a1)\n\tCapabilities: <access denied>\n"
     monkeypatch.setattr("labutils.readers.pcie.run_lspci", lambda: (denied, ""))
-    devices, why = evidence.live_lspci()
+    devices, why = live.live_lspci()
     assert devices[0].access_denied and devices[0].link_width is None and "sudo lspci -vvv" in why
     monkeypatch.setattr("labutils.readers.pcie.run_lspci", lambda: (None, "lspci is not installed"))
-    assert evidence.live_lspci() == (None, "lspci is not installed")
+    assert live.live_lspci() == (None, "lspci is not installed")
     two = [GpuFacts(i, "NVIDIA L40S", 4, 4, 16, 16, 0) for i in range(2)]
     monkeypatch.setattr("labutils.readers.topology.nvml_facts", lambda: (two, ""))
     p2p = pd.DataFrame([[True, False], [False, True]])
     monkeypatch.setattr("labutils.measure.copies.peer_access_matrix", lambda: p2p)
-    found, why = evidence.live_facts()
+    found, why = live.live_facts()
     assert found.gpus == tuple(two) and found.p2p == ((True, False), (False, True)) and why == ""
     monkeypatch.setattr("labutils.readers.topology.nvml_facts", lambda: ([], "NVML is not available"))
-    assert evidence.live_facts() == (None, "NVML is not available")
+    assert live.live_facts() == (None, "NVML is not available")
 
 
 def test_nccl_env_keeps_only_nccl_variables():
-    assert evidence.nccl_env({"NCCL_DEBUG": "INFO", "PATH": "/bin"}) == {"NCCL_DEBUG": "INFO"}
+    assert live.nccl_env({"NCCL_DEBUG": "INFO", "PATH": "/bin"}) == {"NCCL_DEBUG": "INFO"}
