@@ -3,7 +3,7 @@
 import matplotlib
 
 from labutils.readers.topology import load_sample
-from labutils.show.plots import topology_heatmap
+from labutils.show.topology_plots import topology_heatmap
 
 matplotlib.use("Agg")
 

@@ -1,4 +1,4 @@
-"""The time budget's figures (notebook 06, and the dashboard in `labutils.show.widgets`): the two
+"""The time budget's figures (notebook 06, and the dashboard in `labutils.show.budget_dashboard`): the two
 split times against compute, serial dilution, the overlap bound and the thresholds. The look is
 `labutils.show.plots`'; the arithmetic is `labutils.model.budget`'s.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from matplotlib.patches import Rectangle
 
 from labutils.model.budget import evaluate
 from labutils.show.plots import PALETTE, new_figure
@@ -34,8 +35,6 @@ def budget_curves(ax, params: dict, budget=None, grid_points: int = 60, legend_o
     and `wire_dtype` (T_N is then drawn). Returns the artists, which
     `update_budget_curves` moves in place (no new artists, so a redraw never flickers).
     """
-    from matplotlib.patches import Rectangle
-
     art = {
         "t1": ax.plot([], [], color=PALETTE[0], lw=2, label="one device: T1 = S + C")[0],
         "t2": ax.plot([], [], color=PALETTE[1], lw=2, label=_split_label(params.get("n_devices", 2)))[0],
