@@ -141,10 +141,10 @@ def test_real_gloo_sweep_of_every_collective(n):
 
 
 @pytest.mark.distributed
-def test_a_corrupted_result_is_counted_and_fails_the_run():
+def test_a_corrupted_result_is_counted_and_fails_the_run(plant_fault):
+    plant_fault("corrupt", rank=1)
     with pytest.raises(WrongResultError) as info:
-        run_sweep(nproc=2, min_bytes="1K", max_bytes="4K", budget_ms=2, warmup=1, progress=False,
-                  fault_rank=1, fault="corrupt", timeout_s=60)
+        run_sweep(nproc=2, min_bytes="1K", max_bytes="4K", budget_ms=2, warmup=1, progress=False, timeout_s=60)
     frame = info.value.result.frame
     assert list(frame["wrong"]) == [3, 3, 3]  # 3 elements corrupted on one rank, at every size
     assert "wrong element" in str(info.value)
@@ -152,9 +152,10 @@ def test_a_corrupted_result_is_counted_and_fails_the_run():
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("fault", ["crash", "hang"])
-def test_a_dead_or_hung_rank_is_named(fault):
+def test_a_dead_or_hung_rank_is_named(fault, plant_fault):
+    plant_fault(fault, rank=1)
     with pytest.raises(RankError) as info:
-        run_sweep(nproc=2, min_bytes="1K", max_bytes="2K", budget_ms=2, progress=False, fault_rank=1, fault=fault,
+        run_sweep(nproc=2, min_bytes="1K", max_bytes="2K", budget_ms=2, progress=False,
                   timeout_s=12 if fault == "hang" else 60)
     assert info.value.rank == 1
     assert ("died" if fault == "crash" else "stopped responding") in str(info.value)

@@ -74,19 +74,13 @@ def collective_call(lay: Layout, inp, out):
     return lambda: dist.broadcast(inp, src=ROOTS["broadcast"])
 
 
-def count_wrong(lay: Layout, ctx, tamper=None) -> int:
-    """Fill, run the collective once, compare with `expected`; mismatches summed over ranks.
-
-    `tamper(out)`, when given, changes this rank's result before the comparison (the fault
-    injection of labutils.measure.faults that shows a wrong result is counted and fails the run).
-    """
+def count_wrong(lay: Layout, ctx) -> int:
+    """Fill, run the collective once, compare with `expected`; mismatches summed over ranks."""
     import torch
     import torch.distributed as dist
 
     inp, out = make_buffers(lay, ctx.rank, ctx.device, filled=True)
     collective_call(lay, inp, out)()
-    if tamper is not None:
-        tamper(out)
     wrong = torch.tensor([int((out != expected(lay, ctx.rank, ctx.device)).sum().item())],
                          dtype=torch.int64, device=ctx.device)
     dist.all_reduce(wrong)

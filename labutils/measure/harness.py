@@ -118,11 +118,8 @@ def warm_up_op(op: str, sizes, dtype: str, ctx, warmup: int) -> None:
 
 
 def sweep_worker(ctx, ops, sizes, dtype="float32", warmup=5, budget_ms=100.0, min_iters=3, max_iters=1000,
-                 check=True, tamper=None) -> list[dict]:
-    """Run in every rank: for each op and size, measure then check; returns the rows (same on all ranks).
-
-    `tamper` (tests only, see labutils.measure.faults) changes this rank's result before it is checked.
-    """
+                 check=True) -> list[dict]:
+    """Run in every rank: for each op and size, measure then check; returns the rows (same on all ranks)."""
     rows = []
     plan = [(op, s) for op in ops for s in sizes]
     for i, (op, size) in enumerate(plan):
@@ -131,7 +128,7 @@ def sweep_worker(ctx, ops, sizes, dtype="float32", warmup=5, budget_ms=100.0, mi
         lay = layout(op, size, dtype, ctx.world_size)
         if lay is not None:
             timing = measure(lay, ctx, warmup, budget_ms, min_iters, max_iters)
-            wrong = count_wrong(lay, ctx, tamper) if check else 0
+            wrong = count_wrong(lay, ctx) if check else 0
             rows.append(sweep_row(lay, timing, wrong, ctx, warmup))
         if ctx.rank == 0:
             ctx.report({"done": i + 1, "of": len(plan), "op": op, "size_bytes": size})

@@ -409,22 +409,11 @@ def run_this_rank(worker: Callable, *, args: tuple = (), kwargs: dict | None = N
             dist.destroy_process_group()
 
 
-def ping_worker(ctx: RankContext, fault_rank: int = -1, fault: str = "none") -> dict:
-    """Smallest real job: all-reduce the rank numbers; sum must be N(N-1)/2 on every rank.
-
-    `fault` makes rank `fault_rank` misbehave ("raise", "hang" or "crash"), to show (and test)
-    that the launcher ends the whole run, names the rank and leaves no process behind.
-    """
+def ping_worker(ctx: RankContext) -> dict:
+    """Smallest real job: all-reduce the rank numbers; sum must be N(N-1)/2 on every rank."""
     import torch
     import torch.distributed as dist
 
-    if ctx.rank == fault_rank:
-        if fault == "raise":
-            raise RuntimeError(f"injected failure on rank {ctx.rank}")
-        if fault == "hang":
-            time.sleep(3600)
-        if fault == "crash":
-            os._exit(17)
     t = torch.tensor([float(ctx.rank)], device=ctx.device)
     dist.all_reduce(t)
     ctx.report({"stage": "all_reduce done"})

@@ -38,7 +38,6 @@ from labutils.core.inputs import LabInputError, check_choice, check_int, check_r
 from labutils.core.progress import rank_progress
 from labutils.core.results import list_results, load_result, save_result
 from labutils.core.units import format_size
-from labutils.measure.faults import FAULTS, faulty_sweep_worker
 from labutils.measure.harness import sweep_worker
 from labutils.measure.launch import (
     MAX_TIMEOUT_S,
@@ -180,8 +179,8 @@ def check_sizes_hold_elements(op: str, sizes: list[int], dtype: str, world: int)
 def run_sweep(nproc: int = 2, backend: str = "auto", device: str = "auto", op="all_reduce", min_bytes="1K",
               max_bytes="64M", factor: int = 2, dtype: str = "float32", warmup: int = 5, budget_ms: float = 100.0,
               min_iters: int = 3, max_iters: int = 1000, check: bool = True, timeout_s: float | None = None,
-              progress: bool = True, raise_on_wrong: bool = True, fault_rank: int = -1,
-              fault: str = "none", oversubscribe: bool | None = None, on_start=None) -> SweepResult:
+              progress: bool = True, raise_on_wrong: bool = True, oversubscribe: bool | None = None,
+              on_start=None) -> SweepResult:
     """Sweep `op` (one name or several) over sizes min_bytes..max_bytes (x factor) on `nproc` ranks.
 
     Spawns local ranks (labutils.measure.launch), or, when torchrun set RANK/WORLD_SIZE/MASTER_*, runs as
@@ -204,13 +203,11 @@ def run_sweep(nproc: int = 2, backend: str = "auto", device: str = "auto", op="a
         check_range("timeout_s", timeout_s, low=0, low_open=True, high=MAX_TIMEOUT_S, high_open=True, unit="s")
     min_iters = check_int("min_iters", min_iters, low=1)
     max_iters = check_int("max_iters", max_iters, low=min_iters)
-    check_choice("fault", fault, FAULTS)
     env = torchrun_env()
     world = env["world_size"] if env else check_local_ranks(nproc, oversubscribe=oversubscribe)
     local = env["local_world_size"] if env else world
     if env:
         check_local_ranks(local, oversubscribe=oversubscribe, name="LOCAL_WORLD_SIZE")
-    fault_rank = check_int("fault_rank", fault_rank, low=-1, high=world - 1)
     for name in ops:
         check_sizes_hold_elements(name, sizes, dtype, world)
     choice = resolve_backend(backend, device, local)
@@ -222,8 +219,6 @@ def run_sweep(nproc: int = 2, backend: str = "auto", device: str = "auto", op="a
     kwargs = dict(ops=ops, sizes=sizes, dtype=dtype, warmup=warmup, budget_ms=budget_ms, min_iters=min_iters,
                   max_iters=max_iters, check=check)
     worker = sweep_worker
-    if fault != "none":
-        worker, kwargs = faulty_sweep_worker, {**kwargs, "fault_rank": fault_rank, "fault": fault}
     is_main = env is None or env["rank"] == 0
     started = time.perf_counter()
     with rank_progress(len(ops) * len(sizes), f"{'+'.join(ops)} sweep ({choice.backend}, {world} ranks)",
@@ -330,9 +325,6 @@ def add_cli(subparsers) -> None:
     p.add_argument("--timeout", type=float, default=None, help="seconds before a stuck run is stopped")
     p.add_argument("--no-save", action="store_true", help="do not write a result file")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--fault-rank", type=int, default=-1, help="(testing) rank that misbehaves")
-    p.add_argument("--fault", default="none", choices=FAULTS,
-                   help="(testing) how --fault-rank misbehaves")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the rows as a JSON list")
     fmt.add_argument("--csv", action="store_true", help="print the rows as CSV")
@@ -351,8 +343,8 @@ def _cli_sweep(args) -> int:
         result = run_sweep(nproc=args.nproc, backend=args.backend, device=args.device, op=args.op,
                            min_bytes=args.min_bytes, max_bytes=args.max_bytes, factor=args.factor, dtype=args.dtype,
                            warmup=args.warmup, budget_ms=args.budget_ms, timeout_s=args.timeout,
-                           progress=not args.no_progress, raise_on_wrong=False, fault_rank=args.fault_rank,
-                           fault=args.fault, oversubscribe=args.oversubscribe or None, on_start=announce)
+                           progress=not args.no_progress, raise_on_wrong=False,
+                           oversubscribe=args.oversubscribe or None, on_start=announce)
     except RankError as exc:
         if is_main:
             print(f"error: {exc}".splitlines()[0], file=sys.stderr)
