@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from labutils.experiments.ddp_step import RankStep, StepConfig
+from labutils.experiments.ddp_step import RankStep, StepConfig, build_mlp, synthetic_batch
 from labutils.measure import buffers
 from labutils.measure.harness import sweep_worker
 from labutils.measure.launch import ping_worker
@@ -29,6 +29,30 @@ def gradient_worker(ctx, width: int, depth: int, batch_per_rank: int,
         step.gradients(lambda name: contextlib.nullcontext())
         out[(mode, train_steps)] = torch.cat([p.grad.flatten() for p in step.params]).double().cpu().numpy()
     return out
+
+
+def reference_gradient(width: int, depth: int, global_batch: int, seed: int = 0):
+    """The flat float64 gradient of one process on the whole global batch (MSE loss, mean): what
+    every rank's synchronised gradient must equal."""
+    model = build_mlp(width, depth, seed)
+    x, y = synthetic_batch(global_batch, width, seed + 1)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters()]).double().numpy()
+
+
+def affinity_worker(ctx) -> dict:
+    """What this rank was given: its CPU set (`os.sched_getaffinity` of the calling thread),
+    torch's thread count, and the CPUs gloo's threads (pt_gloo_runloop, gloo_tcp_loop) may use."""
+    gloo: set[int] = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as fh:
+                if "gloo" in fh.read():
+                    gloo |= os.sched_getaffinity(int(tid))
+        except OSError:  # the thread ended meanwhile
+            continue
+    return {"rank": ctx.rank, "cpus": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
+            "gloo_thread_cpus": sorted(gloo)}
 
 
 # --- fault injection: a rank that raises, hangs, crashes or returns wrong elements ---------------------------

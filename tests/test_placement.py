@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+from rank_workers import affinity_worker
 
 from labutils.core.inputs import LabInputError
 from labutils.measure.placement import MAX_THREADS_PER_RANK, machine_placement, plan_placement
@@ -172,7 +173,6 @@ def test_check_prints_the_plan_and_a_bad_setting_exits_2(monkeypatch, capsys):
 @pytest.mark.distributed
 def test_spawned_ranks_get_their_planned_cpus_and_threads():
     from labutils.measure.launch import launch
-    from labutils.measure.placement import affinity_worker
 
     plan = machine_placement(2)
     layout = lab_cpus.cpu_layout()
@@ -194,7 +194,6 @@ def test_spawned_ranks_get_their_planned_cpus_and_threads():
 @pytest.mark.distributed
 def test_pinning_off_and_the_baseline_placed_like_rank_0(monkeypatch):
     from labutils.measure.launch import launch
-    from labutils.measure.placement import affinity_worker
 
     everything = sorted(os.sched_getaffinity(0))
     baseline = launch(affinity_worker, 1, like_ranks=2, timeout_s=60)[0]

@@ -23,6 +23,13 @@ def test_save_never_overwrites_and_round_trips(tmp_path):
     assert results.latest_result("link", tmp_path) is None
 
 
+def test_reserve_path_skips_any_taken_suffix_and_claims_the_first(tmp_path):
+    first = results.reserve_path(tmp_path, "trace-host-1", (".json", ".csv"))
+    assert first == tmp_path / "trace-host-1" and (tmp_path / "trace-host-1.json").read_text() == ""
+    (tmp_path / "trace-host-1-1.csv").write_text("taken")
+    assert results.reserve_path(tmp_path, "trace-host-1", (".json", ".csv")) == tmp_path / "trace-host-1-2"
+
+
 def test_write_atomic_keeps_old_file_when_writing_fails(tmp_path):
     target = tmp_path / "x.json"
     results.write_atomic(target, "old")

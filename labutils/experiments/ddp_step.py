@@ -358,13 +358,3 @@ def contention_worker(ctx, width: int, depth: int = 4, batch_per_rank: int = 32,
             mlp_gradient_bytes(width, depth), "backward_ms": backward, "allreduce_ms": allreduce,
             "together_ms": together, "world_size": ctx.world_size, "backend": ctx.backend,
             "device": ctx.device.split(":")[0]}
-
-
-def reference_gradient(width: int, depth: int, global_batch: int, seed: int = 0) -> np.ndarray:
-    """The flat float64 gradient of one process on the whole global batch (MSE loss, mean)."""
-    import torch
-
-    model = build_mlp(width, depth, seed)
-    x, y = synthetic_batch(global_batch, width, seed + 1)
-    torch.nn.functional.mse_loss(model(x), y).backward()
-    return torch.cat([p.grad.flatten() for p in model.parameters()]).double().numpy()

@@ -37,7 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 from labutils.core.inputs import LabInputError, check_int, check_range
-from labutils.core.results import _reserve, results_dir, utc_stamp, write_atomic
+from labutils.core.results import reserve_path, results_dir, utc_stamp, write_atomic
 from labutils.experiments.ddp_step import build_mlp, rank_slice, synthetic_batch
 from labutils.experiments.split_timing import overlap_step
 from labutils.experiments.tensor_parallel import as_size, mlp_input, mlp_weights, shard, split_columns
@@ -372,5 +372,5 @@ def save_trace(trace: dict, kind: str = "timeline", directory: str | os.PathLike
     folder = Path(directory) if directory else results_dir() / "traces"
     folder.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname().split(".")[0] or "host"
-    base = _reserve(folder, f"{kind}-{host}-{utc_stamp()}", (".json",))
+    base = reserve_path(folder, f"{kind}-{host}-{utc_stamp()}", (".json",))
     return write_atomic(base.with_name(base.name + ".json"), json.dumps(trace))

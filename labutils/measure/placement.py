@@ -282,20 +282,3 @@ def pin_rank(placement: Placement, local_rank: int) -> None:
         except OSError:  # the thread ended meanwhile
             pass
     os.sched_setaffinity(0, own)
-
-
-def affinity_worker(ctx) -> dict:
-    """What this rank was given: its CPU set (`os.sched_getaffinity` of the calling thread),
-    torch's thread count, and the CPUs gloo's threads (pt_gloo_runloop, gloo_tcp_loop) may use."""
-    import torch
-
-    gloo: set[int] = set()
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as fh:
-                if "gloo" in fh.read():
-                    gloo |= os.sched_getaffinity(int(tid))
-        except OSError:  # the thread ended meanwhile
-            continue
-    return {"rank": ctx.rank, "cpus": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
-            "gloo_thread_cpus": sorted(gloo)}
