@@ -170,6 +170,19 @@ def test_bad_sweep_input_is_refused_before_any_rank_starts():
         run_sweep(nproc=2, backend="gloo", dtype="complex64", progress=False)
 
 
+def test_a_sweep_config_is_checked_and_planned_before_any_rank_starts():
+    from labutils.measure.sweep import SweepConfig, plan_sweep
+
+    plan = plan_sweep(SweepConfig(nproc=2, backend="gloo", device="cpu", op=("all_reduce", "broadcast"),
+                                  max_bytes="4K", budget_ms=10))
+    assert plan.ops == ("all_reduce", "broadcast") and plan.sizes == [1024, 2048, 4096]
+    assert (plan.world, plan.local, plan.choice.backend, plan.torchrun) == (2, 2, "gloo", None)
+    assert plan.timeout_s == pytest.approx(60 + 2 * 3 * (3 * 0.010 + 2.0))
+    assert plan.worker_kwargs()["ops"] == plan.ops and plan.worker_kwargs()["warmup"] == 5
+    with pytest.raises(TypeError):
+        run_sweep(sizes=[1024])  # a setting SweepConfig does not have
+
+
 def test_saved_sweeps_load_back_by_op_and_compare():
     from labutils.measure.sweep import SweepResult, compare_sweeps, load_sweep
 
