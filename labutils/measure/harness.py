@@ -17,6 +17,9 @@ import math
 import statistics
 import time
 
+import torch
+import torch.distributed as dist
+
 from labutils.core.busbw import REDOPS, ROOTS, Layout, bandwidths_GBps, layout
 from labutils.measure.buffers import collective_call, count_wrong, make_buffers
 from labutils.measure.timing import across_ranks, time_loop
@@ -31,9 +34,6 @@ def time_one_allreduce(ctx, size_bytes: int, iters: int = 20, warmup: int = 5) -
     4. divide the elapsed time by `iters`.
     Run it in every rank with labutils.measure.launch.launch (notebook 02 shows it first).
     """
-    import torch
-    import torch.distributed as dist
-
     buf = torch.zeros(max(1, size_bytes // 4), dtype=torch.float32, device=ctx.device)
     for _ in range(warmup):
         dist.all_reduce(buf)
@@ -60,9 +60,6 @@ def warmup_iters(size_bytes: int, warmup: int) -> int:
 
 def agree_iters(probe_ms: float, budget_ms: float, min_iters: int, max_iters: int, device: str) -> int:
     """Rank 0 turns its probe time into an iteration count and broadcasts it to every rank."""
-    import torch
-    import torch.distributed as dist
-
     want = budget_ms / probe_ms if probe_ms > 0 else max_iters
     iters = torch.tensor([int(min(max_iters, max(min_iters, math.ceil(want))))], dtype=torch.int64, device=device)
     dist.broadcast(iters, src=0)

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 import pandas as pd
+import torch
 
 from labutils.core.busbw import (
     COLUMNS,
@@ -102,8 +103,6 @@ def topology_text() -> str | None:
 
 
 def _versions() -> dict:
-    import torch
-
     nccl = None
     if torch.cuda.is_available():
         try:
@@ -117,8 +116,6 @@ def _versions() -> dict:
 def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", **settings) -> dict:
     """Where and how a sweep ran: host, devices, versions, topology when known, UTC date, settings."""
     if device == "cuda":
-        import torch
-
         count = max(1, torch.cuda.device_count())
         devices = [torch.cuda.get_device_name(r % count) for r in range(world_size)]
     else:
@@ -132,8 +129,6 @@ def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", **s
 def free_memory_bytes(device: str, nproc: int) -> int:
     """Memory free for the buffers: MemAvailable on the CPU, the smallest GPU's free memory on CUDA."""
     if device == "cuda":
-        import torch
-
         return min(torch.cuda.mem_get_info(i)[0] for i in range(min(nproc, torch.cuda.device_count())))
     try:
         with open("/proc/meminfo", encoding="utf-8") as fh:
