@@ -7,7 +7,13 @@ import pytest
 from rank_workers import affinity_worker
 
 from labutils.core.inputs import LabInputError
-from labutils.measure.placement import MAX_THREADS_PER_RANK, machine_placement, plan_placement
+from labutils.measure.placement import (
+    MAX_THREADS_PER_RANK,
+    check_local_ranks,
+    machine_placement,
+    max_local_ranks,
+    plan_placement,
+)
 from labutils.readers import cpus as lab_cpus
 
 
@@ -166,6 +172,18 @@ def test_check_prints_the_plan_and_a_bad_setting_exits_2(monkeypatch, capsys):
     assert cli.main(["check"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: LAB_THREADS_PER_RANK='0' must be a whole number >= 1"]
+
+
+@pytest.mark.parametrize("cores, limit, oversubscribed", [(2, 8, 32), (16, 32, 256), (96, 192, 1536)])
+def test_local_ranks_are_bounded_by_the_cores(cores, limit, oversubscribed, tmp_path):
+    assert max_local_ranks(cores) == limit and max_local_ranks(cores, oversubscribe=True) == oversubscribed
+    layout = lab_cpus.cpu_layout(str(write_sys_tree(tmp_path, cores_per_socket=cores // 2)), allowed=set(range(cores)))
+    assert check_local_ranks(limit, layout, oversubscribe=False) == limit
+    with pytest.raises(LabInputError, match=f"nproc={limit + 1} is outside the allowed range \\[1, {limit}\\]"):
+        check_local_ranks(limit + 1, layout, oversubscribe=False)
+    assert check_local_ranks(limit + 1, layout, oversubscribe=True) == limit + 1
+    with pytest.raises(LabInputError, match="nproc"):
+        check_local_ranks(oversubscribed + 1, layout, oversubscribe=True)
 
 
 # --- real ranks on this machine ---------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Result files: atomic, never overwritten, readable back; figures for the instructor."""
 
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -80,3 +81,13 @@ def test_validation_messages_name_parameter_value_and_range():
         check_range("bandwidth_GBps", float("nan"), low=0, low_open=True)
     with pytest.raises(LabInputError, match=r"Q=-1 is outside the allowed range \[0, inf\]"):
         check_int("Q", -1, low=0)
+
+
+def test_result_files_respect_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        assert os.stat(results.write_atomic(tmp_path / "summary.json", "{}")).st_mode & 0o777 == 0o644
+        os.umask(0o077)
+        assert os.stat(results.write_atomic(tmp_path / "index.html", "")).st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)
