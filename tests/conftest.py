@@ -1,3 +1,4 @@
+import functools
 import sys
 from pathlib import Path
 
@@ -19,6 +20,21 @@ def _isolated_results(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path_factory.mktemp("results")))
     monkeypatch.delenv("LAB_FIGURES_FILE", raising=False)
     yield
+
+
+@pytest.fixture
+def plant_fault(monkeypatch):
+    """`plant_fault(fault, rank)`: the sweeps this test runs (run_sweep, `python -m labutils sweep` in
+    process) spawn ranks in which `rank` misbehaves: "hang", "crash", "raise" or "corrupt" (see
+    rank_workers.misbehave)."""
+    import rank_workers
+
+    import labutils.measure.sweep
+
+    def plant(fault: str, rank: int = 1) -> None:
+        worker = functools.partial(rank_workers.faulty_sweep_worker, fault_rank=rank, fault=fault)
+        monkeypatch.setattr(labutils.measure.sweep, "sweep_worker", worker)
+    return plant
 
 
 def _needs_gpu(item) -> bool:

@@ -1,11 +1,17 @@
-"""Workers that only tests spawn. Spawned ranks import them as `rank_workers` (pytest puts tests/
-on sys.path, and the spawn start method hands sys.path to the children)."""
+"""Workers that only tests spawn, fault injection among them. Spawned ranks import them as
+`rank_workers` (pytest puts tests/ on sys.path, and the spawn start method hands sys.path to the
+children)."""
 
 import contextlib
+import os
+import time
 
 import torch
 
-from labutils.experiments.ddp_step import RankStep, StepConfig
+from labutils.experiments.ddp_step import RankStep, StepConfig, build_mlp, synthetic_batch
+from labutils.measure import buffers
+from labutils.measure.harness import sweep_worker
+from labutils.measure.launch import ping_worker
 
 
 def gradient_worker(ctx, width: int, depth: int, batch_per_rank: int,
@@ -23,3 +29,69 @@ def gradient_worker(ctx, width: int, depth: int, batch_per_rank: int,
         step.gradients(lambda name: contextlib.nullcontext())
         out[(mode, train_steps)] = torch.cat([p.grad.flatten() for p in step.params]).double().cpu().numpy()
     return out
+
+
+def reference_gradient(width: int, depth: int, global_batch: int, seed: int = 0):
+    """The flat float64 gradient of one process on the whole global batch (MSE loss, mean): what
+    every rank's synchronised gradient must equal."""
+    model = build_mlp(width, depth, seed)
+    x, y = synthetic_batch(global_batch, width, seed + 1)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters()]).double().numpy()
+
+
+def affinity_worker(ctx) -> dict:
+    """What this rank was given: its CPU set (`os.sched_getaffinity` of the calling thread),
+    torch's thread count, and the CPUs gloo's threads (pt_gloo_runloop, gloo_tcp_loop) may use."""
+    gloo: set[int] = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as fh:
+                if "gloo" in fh.read():
+                    gloo |= os.sched_getaffinity(int(tid))
+        except OSError:  # the thread ended meanwhile
+            continue
+    return {"rank": ctx.rank, "cpus": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
+            "gloo_thread_cpus": sorted(gloo)}
+
+
+# --- fault injection: a rank that raises, hangs, crashes or returns wrong elements ---------------------------
+
+FAULTS = ("raise", "hang", "crash", "corrupt")
+
+
+def misbehave(ctx, fault_rank: int, fault: str) -> None:
+    """On rank `fault_rank`: "raise" a RuntimeError, "hang" (sleep an hour), "crash" (exit status 17), or
+    "corrupt": from now on every checked collective call adds 1 to the first 3 elements of its result."""
+    assert fault in FAULTS, fault
+    if ctx.rank != fault_rank:
+        return
+    if fault == "raise":
+        raise RuntimeError(f"injected failure on rank {ctx.rank}")
+    if fault == "hang":
+        time.sleep(3600)
+    if fault == "crash":
+        os._exit(17)
+    if fault == "corrupt":
+        real = buffers.collective_call  # count_wrong's call; the timed calls (harness) keep their own
+
+        def corrupting(lay, inp, out):
+            call = real(lay, inp, out)
+
+            def wrong():
+                call()
+                out.view(-1)[:3] += 1
+            return wrong
+        buffers.collective_call = corrupting
+
+
+def faulty_ping_worker(ctx, fault_rank: int, fault: str) -> dict:
+    """`launch.ping_worker` in which rank `fault_rank` misbehaves (see `misbehave`)."""
+    misbehave(ctx, fault_rank, fault)
+    return ping_worker(ctx)
+
+
+def faulty_sweep_worker(ctx, fault_rank: int, fault: str, **sweep_kwargs) -> list[dict]:
+    """`harness.sweep_worker` in which rank `fault_rank` misbehaves (see `misbehave`)."""
+    misbehave(ctx, fault_rank, fault)
+    return sweep_worker(ctx, **sweep_kwargs)

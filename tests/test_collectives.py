@@ -140,10 +140,10 @@ def test_real_gloo_sweep_of_every_collective(n):
 
 
 @pytest.mark.distributed
-def test_a_corrupted_result_is_counted_and_fails_the_run():
+def test_a_corrupted_result_is_counted_and_fails_the_run(plant_fault):
+    plant_fault("corrupt", rank=1)
     with pytest.raises(WrongResultError) as info:
-        run_sweep(nproc=2, min_bytes="1K", max_bytes="4K", budget_ms=2, warmup=1, progress=False,
-                  fault_rank=1, fault="corrupt", timeout_s=60)
+        run_sweep(nproc=2, min_bytes="1K", max_bytes="4K", budget_ms=2, warmup=1, progress=False, timeout_s=60)
     frame = info.value.result.frame
     assert list(frame["wrong"]) == [3, 3, 3]  # 3 elements corrupted on one rank, at every size
     assert "wrong element" in str(info.value)
@@ -151,9 +151,10 @@ def test_a_corrupted_result_is_counted_and_fails_the_run():
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("fault", ["crash", "hang"])
-def test_a_dead_or_hung_rank_is_named(fault):
+def test_a_dead_or_hung_rank_is_named(fault, plant_fault):
+    plant_fault(fault, rank=1)
     with pytest.raises(RankError) as info:
-        run_sweep(nproc=2, min_bytes="1K", max_bytes="2K", budget_ms=2, progress=False, fault_rank=1, fault=fault,
+        run_sweep(nproc=2, min_bytes="1K", max_bytes="2K", budget_ms=2, progress=False,
                   timeout_s=12 if fault == "hang" else 60)
     assert info.value.rank == 1
     assert ("died" if fault == "crash" else "stopped responding") in str(info.value)
@@ -166,6 +167,19 @@ def test_bad_sweep_input_is_refused_before_any_rank_starts():
         run_sweep(nproc=2, backend="gloo", max_bytes="64T", progress=False)
     with pytest.raises(LabInputError, match="dtype"):
         run_sweep(nproc=2, backend="gloo", dtype="complex64", progress=False)
+
+
+def test_a_sweep_config_is_checked_and_planned_before_any_rank_starts():
+    from labutils.measure.sweep import SweepConfig, plan_sweep
+
+    plan = plan_sweep(SweepConfig(nproc=2, backend="gloo", device="cpu", op=("all_reduce", "broadcast"),
+                                  max_bytes="4K", budget_ms=10))
+    assert plan.ops == ("all_reduce", "broadcast") and plan.sizes == [1024, 2048, 4096]
+    assert (plan.world, plan.local, plan.choice.backend, plan.torchrun) == (2, 2, "gloo", None)
+    assert plan.timeout_s == pytest.approx(60 + 2 * 3 * (3 * 0.010 + 2.0))
+    assert plan.worker_kwargs()["ops"] == plan.ops and plan.worker_kwargs()["warmup"] == 5
+    with pytest.raises(TypeError):
+        run_sweep(sizes=[1024])  # a setting SweepConfig does not have
 
 
 def test_saved_sweeps_load_back_by_op_and_compare():

@@ -106,7 +106,7 @@ CASES = [
     ([*S, "--op", "all_to_all"], "--op"),
     ([*S, "--budget-ms", "fast"], "--budget-ms"),
     ([*S, "--factor", "2.5"], "--factor"),
-    ([*S, "--fault", "explode"], "--fault"),
+    ([*S, "--bogus"], "--bogus"),
     ([*S, "--json", "--csv"], "--csv"),
     (["sweep", "--backend", "mpi"], "--backend"),
     (["sweep", "--device", "tpu"], "--device"),
@@ -150,7 +150,6 @@ CASES = [
     ([*S, "--timeout", "inf"], "timeout_s"),
     ([*S, "--timeout", "0"], "timeout_s"),
     ([*S, "--timeout", "nan"], "timeout_s"),
-    ([*S, "--fault-rank", "7", "--fault", "crash"], "fault_rank"),
     (["sweep", "--backend", "nccl", "--nproc", "2"], "nproc"),
     # parse-nccl-tests
     ([*P, ""], "log=''"),

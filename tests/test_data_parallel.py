@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
-from rank_workers import gradient_worker
+from rank_workers import gradient_worker, reference_gradient
 
 from labutils.core.inputs import LabInputError
 from labutils.experiments import data_parallel, ddp_step
@@ -145,12 +145,12 @@ def two_rank_gradients():
 @pytest.mark.distributed
 @pytest.mark.parametrize("mode", ["ddp", "no_overlap"])
 def test_two_rank_gradients_equal_one_rank_gradients(two_rank_gradients, mode):
-    reference = ddp_step.reference_gradient(WIDTH, DEPTH, 2 * PER_RANK)
+    reference = reference_gradient(WIDTH, DEPTH, 2 * PER_RANK)
     for rank in two_rank_gradients:
         assert rank[(mode, 0)].shape == reference.shape
         np.testing.assert_allclose(rank[(mode, 0)], reference, rtol=1e-4, atol=1e-6)
     # and one half of the batch alone differs: the all-reduce did something
-    assert not np.allclose(ddp_step.reference_gradient(WIDTH, DEPTH, PER_RANK), reference, rtol=1e-3)
+    assert not np.allclose(reference_gradient(WIDTH, DEPTH, PER_RANK), reference, rtol=1e-3)
 
 
 @pytest.mark.distributed

@@ -328,3 +328,12 @@ def test_every_grader_lives_with_its_part_of_the_course():
     for module, found in GRADERS.items():
         for name in found:
             assert callable(getattr(module, name)), f"{module.__name__}.{name}"
+
+
+def test_graders_answer_cases_they_cannot_grade():
+    from labutils.course.exercises_ring import check_allreduce_prediction
+    from labutils.course.exercises_topology import check_pair_choice
+
+    assert "cannot be graded" in check_allreduce_prediction(1.0, 1e6, 2, 0)
+    assert "barely changes" not in check_allreduce_prediction(0.0, 1e6, 1, 10.0)
+    assert "sound" not in check_pair_choice("two_gpu_sys", (0, 1), math.nan)

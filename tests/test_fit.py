@@ -172,13 +172,13 @@ def test_ensure_link_reuses_a_saved_link_else_measures(monkeypatch):
     assert len(calls) == 1 and again == fit
 
 
-def test_a_link_saved_in_the_old_format_still_reads(tmp_path):
+def test_a_saved_link_reads_back_and_a_foreign_one_is_skipped(tmp_path):
     from labutils.core.results import save_result
     from labutils.measure.my_link import load_link, saved_links
 
-    save_result("link", None, {"name": "old", "latency_ms": 0.05, "bandwidth_GBps": 3.0, "world_size": 2,
+    save_result("link", None, {"name": "mine", "alpha_us": 50.0, "busbw_GBps": 3.0, "world_size": 2,
                                "backend": "gloo", "device": "cpu"}, tmp_path)
-    save_result("link", None, {"name": "foreign", "latency_ms": 0.05}, tmp_path)  # no world size: skipped
+    save_result("link", None, {"name": "foreign", "latency_ms": 0.05}, tmp_path)  # no fields of a link: skipped
     link = load_link(directory=tmp_path, world_size=2)
-    assert (link.alpha_us, link.busbw_GBps) == (pytest.approx(50.0), 3.0)
-    assert [name for name, _, _ in saved_links(tmp_path)] == ["old"]
+    assert (link.alpha_us, link.busbw_GBps) == (50.0, 3.0)
+    assert [name for name, _, _ in saved_links(tmp_path)] == ["mine"]

@@ -3,6 +3,7 @@
 import os
 
 import pytest
+from rank_workers import faulty_ping_worker
 
 from labutils.core.inputs import LabInputError
 from labutils.measure.launch import RankError, launch, ping_worker, resolve_backend
@@ -35,7 +36,7 @@ def test_three_ranks_all_reduce_and_reports():
 @pytest.mark.parametrize("fault, needle", [("raise", "injected failure"), ("crash", "exit code 17")])
 def test_failing_rank_is_named(fault, needle):
     with pytest.raises(RankError) as info:
-        launch(ping_worker, 3, kwargs={"fault_rank": 2, "fault": fault}, timeout_s=60)
+        launch(faulty_ping_worker, 3, kwargs={"fault_rank": 2, "fault": fault}, timeout_s=60)
     assert info.value.rank == 2
     assert needle in str(info.value)
 
@@ -46,7 +47,7 @@ def test_hung_rank_is_named_within_the_timeout():
 
     started = time.monotonic()
     with pytest.raises(RankError) as info:
-        launch(ping_worker, 2, kwargs={"fault_rank": 1, "fault": "hang"}, timeout_s=10)
+        launch(faulty_ping_worker, 2, kwargs={"fault_rank": 1, "fault": "hang"}, timeout_s=10)
     assert time.monotonic() - started < 25
     assert info.value.rank == 1
     assert "stopped responding" in str(info.value)
@@ -56,7 +57,7 @@ def test_no_child_survives_a_failure():
     import multiprocessing as mp
 
     with pytest.raises(RankError):
-        launch(ping_worker, 2, kwargs={"fault_rank": 0, "fault": "hang"}, timeout_s=6)
+        launch(faulty_ping_worker, 2, kwargs={"fault_rank": 0, "fault": "hang"}, timeout_s=6)
     assert mp.active_children() == []
 
 

@@ -4,9 +4,16 @@ import os
 from pathlib import Path
 
 import pytest
+from rank_workers import affinity_worker
 
 from labutils.core.inputs import LabInputError
-from labutils.measure.placement import MAX_THREADS_PER_RANK, machine_placement, plan_placement
+from labutils.measure.placement import (
+    MAX_THREADS_PER_RANK,
+    check_local_ranks,
+    machine_placement,
+    max_local_ranks,
+    plan_placement,
+)
 from labutils.readers import cpus as lab_cpus
 
 
@@ -167,12 +174,23 @@ def test_check_prints_the_plan_and_a_bad_setting_exits_2(monkeypatch, capsys):
     assert err == ["error: LAB_THREADS_PER_RANK='0' must be a whole number >= 1"]
 
 
+@pytest.mark.parametrize("cores, limit, oversubscribed", [(2, 8, 32), (16, 32, 256), (96, 192, 1536)])
+def test_local_ranks_are_bounded_by_the_cores(cores, limit, oversubscribed, tmp_path):
+    assert max_local_ranks(cores) == limit and max_local_ranks(cores, oversubscribe=True) == oversubscribed
+    layout = lab_cpus.cpu_layout(str(write_sys_tree(tmp_path, cores_per_socket=cores // 2)), allowed=set(range(cores)))
+    assert check_local_ranks(limit, layout, oversubscribe=False) == limit
+    with pytest.raises(LabInputError, match=f"nproc={limit + 1} is outside the allowed range \\[1, {limit}\\]"):
+        check_local_ranks(limit + 1, layout, oversubscribe=False)
+    assert check_local_ranks(limit + 1, layout, oversubscribe=True) == limit + 1
+    with pytest.raises(LabInputError, match="nproc"):
+        check_local_ranks(oversubscribed + 1, layout, oversubscribe=True)
+
+
 # --- real ranks on this machine ---------------------------------------------------------------
 
 @pytest.mark.distributed
 def test_spawned_ranks_get_their_planned_cpus_and_threads():
     from labutils.measure.launch import launch
-    from labutils.measure.placement import affinity_worker
 
     plan = machine_placement(2)
     layout = lab_cpus.cpu_layout()
@@ -194,7 +212,6 @@ def test_spawned_ranks_get_their_planned_cpus_and_threads():
 @pytest.mark.distributed
 def test_pinning_off_and_the_baseline_placed_like_rank_0(monkeypatch):
     from labutils.measure.launch import launch
-    from labutils.measure.placement import affinity_worker
 
     everything = sorted(os.sched_getaffinity(0))
     baseline = launch(affinity_worker, 1, like_ranks=2, timeout_s=60)[0]

@@ -1,6 +1,7 @@
 """Result files: atomic, never overwritten, readable back; figures for the instructor."""
 
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -21,6 +22,13 @@ def test_save_never_overwrites_and_round_trips(tmp_path):
     assert results.list_results("sweep", tmp_path) == paths
     assert results.list_results("link", tmp_path) == []
     assert results.latest_result("link", tmp_path) is None
+
+
+def test_reserve_path_skips_any_taken_suffix_and_claims_the_first(tmp_path):
+    first = results.reserve_path(tmp_path, "trace-host-1", (".json", ".csv"))
+    assert first == tmp_path / "trace-host-1" and (tmp_path / "trace-host-1.json").read_text() == ""
+    (tmp_path / "trace-host-1-1.csv").write_text("taken")
+    assert results.reserve_path(tmp_path, "trace-host-1", (".json", ".csv")) == tmp_path / "trace-host-1-2"
 
 
 def test_write_atomic_keeps_old_file_when_writing_fails(tmp_path):
@@ -73,3 +81,13 @@ def test_validation_messages_name_parameter_value_and_range():
         check_range("bandwidth_GBps", float("nan"), low=0, low_open=True)
     with pytest.raises(LabInputError, match=r"Q=-1 is outside the allowed range \[0, inf\]"):
         check_int("Q", -1, low=0)
+
+
+def test_result_files_respect_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        assert os.stat(results.write_atomic(tmp_path / "summary.json", "{}")).st_mode & 0o777 == 0o644
+        os.umask(0o077)
+        assert os.stat(results.write_atomic(tmp_path / "index.html", "")).st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)

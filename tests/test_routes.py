@@ -105,8 +105,7 @@ def test_one_gpu_is_shared_by_gloo_and_refused_by_nccl():
 BACKEND_BRANCHES = {("launch", "resolve_backend"), ("launch", "rank_plan"), ("launch", "barrier_kwargs"),
                     ("machine", "route"), ("machine", "label"), ("machine", "check_backend_guess"),
                     ("fit", "fit_alpha_beta"),  # an nccl-tests log without a device column is on CUDA
-                    ("rules", "measurement_causes"),  # a measurement taken with gloo is a cause of low busbw
-                    ("placement", "affinity_worker")}  # finds gloo's threads by name, chooses nothing
+                    ("rules", "measurement_causes")}  # a measurement taken with gloo is a cause of low busbw
 
 
 def _backend_comparisons(path: Path):

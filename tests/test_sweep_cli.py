@@ -52,16 +52,18 @@ def test_json_rows_and_auto_backend_explained(capsys):
 
 
 @pytest.mark.distributed
-def test_a_dead_rank_is_named(capsys):
-    assert main(["sweep", "--fault", "crash", "--fault-rank", "1", "--no-save", *SMALL]) == 1
+def test_a_dead_rank_is_named(capsys, plant_fault):
+    plant_fault("crash", rank=1)
+    assert main(["sweep", "--no-save", *SMALL]) == 1
     assert "error: rank 1 died" in capsys.readouterr().err
 
 
 @pytest.mark.distributed
-def test_wrong_elements_fail_loudly_from_the_command_line():
-    wrong = _sweep("--fault", "corrupt", "--fault-rank", "1", "--no-save", *SMALL)
-    assert wrong.returncode == 1
-    assert "wrong element" in wrong.stderr and "Out of bounds values : 3 FAILED" in wrong.stdout
+def test_wrong_elements_fail_loudly_from_the_command_line(capsys, plant_fault):
+    plant_fault("corrupt", rank=1)
+    assert main(["sweep", "--no-save", *SMALL]) == 1
+    out, err = capsys.readouterr()
+    assert "wrong element" in err and "Out of bounds values : 3 FAILED" in out
 
 
 def _descendants(pid: int) -> set[int]:

@@ -68,10 +68,13 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
-def _reserve(directory: Path, stem: str, suffixes: tuple[str, ...]) -> Path:
-    """Return a base path `directory/stem[-n]` for which no file with any suffix exists yet.
+def reserve_path(directory: Path, stem: str, suffixes: tuple[str, ...]) -> Path:
+    """A base path `directory/stem[-n]` (n = 1, 2, ... when taken) for which no file with any of
+    `suffixes` exists yet; the caller writes `base + suffix` for each.
 
-    The first suffix is created empty with O_EXCL, so two writers never pick the same name.
+    The file of the first suffix is created empty with O_EXCL, so two writers (two notebooks, two
+    ranks) never pick the same name and nothing is ever overwritten. Used by `save_result` and by
+    the trace files of labutils.experiments.timeline.
     """
     for n in range(10_000):
         base = directory / (stem if n == 0 else f"{stem}-{n}")
@@ -127,7 +130,7 @@ def save_result(kind: str, frame: pd.DataFrame | None, meta: dict, directory: st
     directory.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname().split(".")[0] or "host"
     created = _dt.datetime.now(_dt.UTC)
-    base = _reserve(directory, f"{kind}-{host}-{utc_stamp(created)}", (".json", ".csv"))
+    base = reserve_path(directory, f"{kind}-{host}-{utc_stamp(created)}", (".json", ".csv"))
     record = {"kind": kind, "created_utc": created.isoformat(timespec="microseconds"), "meta": meta, "csv": None}
     if frame is not None:
         buf = io.StringIO()

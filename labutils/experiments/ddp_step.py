@@ -24,10 +24,15 @@ rank, the one-rank baseline too, runs one CPU thread (`THREADS_PER_RANK`, see `d
 
 from __future__ import annotations
 
+import contextlib
 import math
+import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.measure.harness import agree_iters
@@ -42,8 +47,6 @@ DDP_SECTIONS = ("forward_ms", "backward_ms", "wait_ms", "allreduce_ms", "optimiz
 
 def build_mlp(width: int, depth: int, seed: int = 0):
     """The MLP, initialised from `seed` (every rank builds the same one)."""
-    import torch
-
     torch.manual_seed(seed)
     layers = []
     for i in range(depth):
@@ -55,8 +58,6 @@ def build_mlp(width: int, depth: int, seed: int = 0):
 
 def synthetic_batch(global_batch: int, width: int, seed: int = 1):
     """A fixed regression batch (inputs, targets) of `global_batch` rows, the same on every rank."""
-    import torch
-
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(global_batch, width, generator=gen)
     y = torch.randn(global_batch, width, generator=gen)
@@ -112,8 +113,6 @@ def _flat_gradients(model, device: str):
     Backward then accumulates straight into the buffer, so one all-reduce of the buffer
     reduces every gradient without a copy.
     """
-    import torch
-
     params = [p for p in model.parameters() if p.requires_grad]
     flat = torch.zeros(sum(p.numel() for p in params), device=device)
     offset = 0
@@ -136,8 +135,6 @@ class RankStep:
     """The model, optimizer and this rank's batch for one StepConfig, and the step itself."""
 
     def __init__(self, cfg: StepConfig, ctx):
-        import torch
-
         self.cfg, self.device, self.world = cfg, ctx.device, ctx.world_size
         model = build_mlp(cfg.width, cfg.depth, cfg.seed).to(ctx.device)
         x, y = synthetic_batch(cfg.batch_per_rank * ctx.world_size, cfg.width, cfg.seed + 1)
@@ -147,8 +144,6 @@ class RankStep:
         if cfg.mode == "single":
             self.model = model
         else:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
             ids = [torch.device(ctx.device).index] if ctx.device.startswith("cuda") else None
             # DDP: gradients live in its buckets (no copy in or out), as no-overlap's live in the flat buffer
             self.model = DDP(model, device_ids=ids, bucket_cap_mb=cfg.bucket_cap_mb,
@@ -157,14 +152,10 @@ class RankStep:
         self.params = list(model.parameters())
 
     def loss(self):
-        import torch
-
         return torch.nn.functional.mse_loss(self.model(self.x), self.y)
 
     def run(self, timer) -> None:
         """One training step; each part inside `timer.section(name)` (`timer` may be None)."""
-        import contextlib
-
         sec = timer.section if timer else (lambda name: contextlib.nullcontext())
         self.gradients(sec)
         with sec("optimizer_ms"):
@@ -173,10 +164,6 @@ class RankStep:
 
     def gradients(self, sec) -> None:
         """Forward, backward and (DDP inside backward, or after it) the gradient all-reduce."""
-        import contextlib
-
-        import torch.distributed as dist
-
         quiet = self.model.no_sync() if self.cfg.mode == "no_overlap" else contextlib.nullcontext()
         with quiet:
             with sec("forward_ms"):
@@ -192,7 +179,6 @@ class RankStep:
 
     def backward_without_sync_ms(self) -> float:
         """Forward + backward under `no_sync()` (no communication); the backward time in ms."""
-
         timer = SectionTimer(self.device)
         with self.model.no_sync():
             loss = self.loss()
@@ -206,7 +192,6 @@ class RankStep:
 def _time_one_step(step: RankStep, ddp_reference: bool) -> dict:
     """Time one step with the ranks lined up (timing.line_up: barrier, then one untimed step
     when ranks communicate); returns its parts in ms."""
-
     line_up(step.device, (lambda: step.run(None)) if step.cfg.mode != "single" else None)
     timer = SectionTimer(step.device)
     with timer.section("step_ms"):
@@ -225,18 +210,12 @@ def _time_one_step(step: RankStep, ddp_reference: bool) -> dict:
 
 def _flat_allreduce_ms(step: RankStep, reps: int = 3) -> float:
     """Median time of one all-reduce of the whole gradient, on this run's link (ms)."""
-    import torch
-    import torch.distributed as dist
-
     buf = torch.zeros(sum(p.numel() for p in step.params), device=step.device)
     return float(np.median([time_loop(lambda: dist.all_reduce(buf), 1, step.device) for _ in range(reps)]))
 
 
 def _mean_over_ranks(rows: list[dict], device: str) -> list[dict]:
     """Every rank's per-step rows, averaged over ranks; `step_max_ms` is the slowest rank's step."""
-    import torch
-    import torch.distributed as dist
-
     keys = sorted(rows[0])
     dev = device if device.startswith("cuda") else "cpu"
     t = torch.tensor([[r[k] for k in keys] for r in rows], dtype=torch.float64, device=dev)
@@ -259,8 +238,6 @@ def _check_world(cfg: StepConfig, world_size: int) -> None:
 
 def _warm_up(step: RankStep, warmup: int) -> float:
     """Run `warmup` untimed steps (at least one: DDP settles its buckets in the first); seconds per step."""
-    import time
-
     started = time.perf_counter()
     for _ in range(max(1, warmup)):
         step.run(None)
@@ -315,9 +292,6 @@ def contention_worker(ctx, width: int, depth: int = 4, batch_per_rank: int = 32,
     gloo's threads and backward run on the ranks' cores) makes it their sum or more. Median over
     `reps` aligned repetitions (one untimed first); each figure is the slowest rank's (ms).
     """
-    import torch
-    import torch.distributed as dist
-
     model = build_mlp(width, depth).to(ctx.device)
     x, y = synthetic_batch(batch_per_rank * ctx.world_size, width, 1)
     part = rank_slice(len(x), ctx.rank, ctx.world_size)
@@ -358,13 +332,3 @@ def contention_worker(ctx, width: int, depth: int = 4, batch_per_rank: int = 32,
             mlp_gradient_bytes(width, depth), "backward_ms": backward, "allreduce_ms": allreduce,
             "together_ms": together, "world_size": ctx.world_size, "backend": ctx.backend,
             "device": ctx.device.split(":")[0]}
-
-
-def reference_gradient(width: int, depth: int, global_batch: int, seed: int = 0) -> np.ndarray:
-    """The flat float64 gradient of one process on the whole global batch (MSE loss, mean)."""
-    import torch
-
-    model = build_mlp(width, depth, seed)
-    x, y = synthetic_batch(global_batch, width, seed + 1)
-    torch.nn.functional.mse_loss(model(x), y).backward()
-    return torch.cat([p.grad.flatten() for p in model.parameters()]).double().numpy()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import statistics
 
 import pandas as pd
+import torch
+import torch.distributed as dist
 
 from labutils.core.busbw import bandwidths_GBps, canonical_dtype, element_bytes, layout
 from labutils.core.inputs import check_int, check_range
@@ -30,9 +32,6 @@ def hand_ring_all_reduce(t) -> None:
     the same length (chunks are cut as torch.tensor_split cuts them; empty chunks are skipped
     on both sides alike).
     """
-    import torch
-    import torch.distributed as dist
-
     n, r = dist.get_world_size(), dist.get_rank()
     if n == 1:
         return
@@ -61,9 +60,6 @@ def hand_ring_all_reduce(t) -> None:
 def _compare_with_all_reduce(count: int, dtype: str, ctx) -> int:
     """Elements (summed over ranks) where the hand ring differs from dist.all_reduce on the same
     input, or from the exact expected sum."""
-    import torch
-    import torch.distributed as dist
-
     mine = fill(ctx.rank, count, dtype, ctx.device)
     theirs = mine.clone()
     hand_ring_all_reduce(mine)
@@ -84,9 +80,6 @@ def ring_worker(ctx, sizes, dtype: str = "float32", budget_ms: float = 40.0, war
     timed loop between synchronised clocks (timing.time_loop); each keeps its median round and
     the mean over ranks (timing.across_ranks). Returns the same rows on every rank.
     """
-    import torch
-    import torch.distributed as dist
-
     rows = []
     for size in sizes:
         count = max(ctx.world_size, int(size) // element_bytes(dtype))
@@ -123,7 +116,6 @@ def run_hand_ring(sizes=(4096, 262144, 4 << 20), nproc: int = 4, dtype: str = "f
     Columns: size_bytes, count, world_size, backend, wrong (must be 0), and when timed
     hand_ring_us, all_reduce_us, iters, ratio (hand / library), and each one's busbw in GB/s.
     """
-
     nproc = check_int("nproc", nproc, low=2)
     dtype = canonical_dtype(dtype)
     sizes = [check_int("size_bytes", int(s), low=1) for s in sizes]

@@ -23,10 +23,14 @@ every rank makes the same collective calls in the same order.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from dataclasses import astuple, dataclass
 
 import pandas as pd
+import torch
+import torch.distributed as dist
 
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.experiments.tensor_parallel import (
@@ -55,8 +59,6 @@ from labutils.measure.sweep import free_memory_bytes
 
 def _all_reduce_copy(t):
     """A new tensor holding the sum of `t` over all ranks (`t` itself is left alone)."""
-    import torch.distributed as dist
-
     out = t.contiguous().clone()
     if dist_world_size() > 1:
         dist.all_reduce(out)
@@ -69,56 +71,41 @@ def _note(log, op: str, direction: str, t) -> None:
                     "bytes": int(t.numel() * t.element_size()), "world_size": dist_world_size()})
 
 
-def _functions():
-    """Build the two autograd.Function classes (torch is imported lazily by this package)."""
-    import torch
+class CopyToRanks(torch.autograd.Function):
+    """f: identity in the forward pass; all-reduce (sum) of the incoming gradient in the backward."""
 
-    class CopyToRanks(torch.autograd.Function):
-        """f: identity in the forward pass; all-reduce (sum) of the incoming gradient in the backward."""
+    @staticmethod
+    def forward(ctx, x, log):
+        ctx.log = log
+        return x.view_as(x)
 
-        @staticmethod
-        def forward(ctx, x, log):
-            ctx.log = log
-            return x.view_as(x)
-
-        @staticmethod
-        def backward(ctx, grad):
-            _note(ctx.log, "f", "backward", grad)
-            return _all_reduce_copy(grad), None
-
-    class ReduceFromRanks(torch.autograd.Function):
-        """g: all-reduce (sum) of the partial outputs in the forward pass; identity in the backward."""
-
-        @staticmethod
-        def forward(ctx, y, log):
-            _note(log, "g", "forward", y)
-            return _all_reduce_copy(y)
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad, None
-
-    return CopyToRanks, ReduceFromRanks
+    @staticmethod
+    def backward(ctx, grad):
+        _note(ctx.log, "f", "backward", grad)
+        return _all_reduce_copy(grad), None
 
 
-_FG = None
+class ReduceFromRanks(torch.autograd.Function):
+    """g: all-reduce (sum) of the partial outputs in the forward pass; identity in the backward."""
 
+    @staticmethod
+    def forward(ctx, y, log):
+        _note(log, "g", "forward", y)
+        return _all_reduce_copy(y)
 
-def _fg():
-    global _FG
-    if _FG is None:
-        _FG = _functions()
-    return _FG
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
 
 
 def f(x, log: list | None = None):
     """Megatron's f: returns x unchanged; in the backward pass the gradient is all-reduced."""
-    return _fg()[0].apply(x, log)
+    return CopyToRanks.apply(x, log)
 
 
 def g(y, log: list | None = None):
     """Megatron's g: returns the sum of y over all ranks; in the backward pass the gradient passes unchanged."""
-    return _fg()[1].apply(y, log)
+    return ReduceFromRanks.apply(y, log)
 
 
 # --- 2. the split MLP block ---------------------------------------------------------------------------
@@ -132,7 +119,6 @@ def split_mlp_block(x, w: MLPWeights, activation: str = "relu", log: list | None
     `use_f=False` leaves f out (the mistake to see): the forward pass and the weights' gradients
     are unchanged, but dL/dx is then only this rank's partial sum.
     """
-
     return serial_tail(x, g(mlp_partial(f(x, log) if use_f else x, w, activation), log), w.b2)
 
 
@@ -152,9 +138,6 @@ class AttentionWeights:
 
 def attention_weights(hidden: int, seed: int = 0, dtype: str = "float32", device: str = "cpu") -> AttentionWeights:
     """Deterministic attention weights from `seed`, scaled 1/sqrt(hidden); drawn in float64, then cast."""
-    import torch
-
-
     gen = torch.Generator().manual_seed(seed + 2_000_003)
     mats = [torch.randn(hidden, hidden, generator=gen, dtype=torch.float64) / math.sqrt(hidden) for _ in range(4)]
     bo = torch.randn(hidden, generator=gen, dtype=torch.float64) * 0.1
@@ -178,8 +161,6 @@ def shard_attention(w: AttentionWeights, heads: int, rank: int, world_size: int)
 def attention_partial(x, w: AttentionWeights, head_dim: int):
     """Self-attention over the rows of x (tokens) with the heads in `w`, before the sum over ranks:
     concat_h softmax(q_h k_h^T / sqrt(d)) v_h, times this rank's rows of Wo (no bo)."""
-    import torch
-
     tokens = x.shape[0]
     q, k, v = ((x @ m).view(tokens, -1, head_dim).transpose(0, 1) for m in (w.Wq, w.Wk, w.Wv))
     scores = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(head_dim), dim=-1)
@@ -191,7 +172,6 @@ def layer(x, attn: AttentionWeights, mlp: MLPWeights, heads: int, activation: st
 
     With whole weights on one rank, f and g do nothing but log: the layer is the reference.
     """
-
     head_dim = x.shape[1] // heads
     h = serial_tail(x, g(attention_partial(f(x, log), attn, head_dim), log), attn.bo)
     return serial_tail(h, g(mlp_partial(f(h, log), mlp, activation), log), mlp.b2)
@@ -288,7 +268,6 @@ def run_backward_check(nproc: int = 2, size=(8, 64), dtypes=("float32",), seed: 
                        device: str = "cpu", activation: str = "relu", timeout_s: float = 120.0,
                        use_f: bool = True) -> pd.DataFrame:
     """Launch `backward_check_worker` on `nproc` ranks; one row per (dtype, tensor, rank)."""
-
     dtypes = (dtypes,) if isinstance(dtypes, str) else tuple(dtypes)
     for d in dtypes:
         check_choice("dtypes", d, LAYER_DTYPES)
@@ -329,7 +308,6 @@ def layer_step_worker(ctx, size=(8, 64), heads: int = 4, seed: int = 0, activati
 
 def _local_layer(x, attn: AttentionWeights, mlp: MLPWeights, heads: int, activation: str):
     """The whole layer without f and g (nothing to sum): the reference on one rank."""
-
     h = serial_tail(x, attention_partial(x, attn, x.shape[1] // heads), attn.bo)
     return serial_tail(h, mlp_partial(h, mlp, activation), mlp.b2)
 
@@ -337,7 +315,6 @@ def _local_layer(x, attn: AttentionWeights, mlp: MLPWeights, heads: int, activat
 def run_layer_step(nproc: int = 2, size=(8, 64), heads: int = 4, seed: int = 0, backend: str = "gloo",
                    device: str = "cpu", timeout_s: float = 120.0) -> list[dict]:
     """Launch `layer_step_worker` on `nproc` ranks; one dict per rank (see the worker)."""
-
     size = as_size(size)
     heads = check_int("heads", heads, low=1, high=size.hidden)
     if size.hidden % heads:
@@ -394,9 +371,6 @@ def _tp_inputs(args):
 
 
 def _cli(args) -> int:
-    import contextlib
-    import os
-
     dtypes, choice = _tp_inputs(args)
     with contextlib.ExitStack() as stack:
         if args.oversubscribe:  # the launcher reads it: tp-check's ranks were checked above

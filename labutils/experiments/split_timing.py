@@ -21,6 +21,8 @@ from dataclasses import astuple, dataclass
 
 import numpy as np
 import pandas as pd
+import torch
+import torch.distributed as dist
 
 from labutils.core.inputs import check_choice, check_int
 from labutils.core.progress import rank_progress
@@ -95,8 +97,6 @@ def overlap_step(x, w: MLPWeights, activation: str, chunks: int, timer):
     """The split step with the batch cut into `chunks`: the all-reduce of chunk i runs (async)
     while chunk i+1 computes; the waits at the end are the communication left exposed.
     """
-    import torch
-
     pieces, handles = [], []
     for xs in torch.chunk(x, chunks, dim=0):
         with timer.section("compute"):
@@ -120,7 +120,6 @@ def _time_one_repetition(ctx, mode: str, step):
     "whole" runs on rank 0 alone while the other ranks wait, idle, in the closing barrier.
     Modes that communicate start after one untimed step (timing.line_up); the others after a barrier.
     """
-
     communicates = mode in ("split", "overlap")
     line_up(ctx.device, (lambda: timed_step(step, ctx.device)) if communicates else None)
     times = timed_step(step, ctx.device)[1] if mode != "whole" or ctx.rank == 0 else None
@@ -139,9 +138,6 @@ def _time_interleaved(ctx, steps: dict, warmup: int, min_reps: int, max_reps: in
     where step_ms is the slowest rank's total and compute_slowest_ms the slowest rank's compute
     (all-reduce MAX; for "whole", rank 0's own), or {} on ranks that did not take part.
     """
-    import torch
-    import torch.distributed as dist
-
     warm = {v: [] for v in steps}
     for _ in range(warmup):
         for v, step in steps.items():
@@ -225,7 +221,6 @@ def time_layers(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str
     on both sides.
     quick: 2 warm-up rounds and about 300 ms of repetitions (5..100) per size; else 5 and 2 s (15..400).
     """
-
     nproc = check_int("nproc", nproc, low=1)
     for s in sizes:
         split_columns(as_size(s).ffn, nproc, "nproc")  # refuse here, not in every rank

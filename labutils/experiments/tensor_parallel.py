@@ -25,6 +25,9 @@ from dataclasses import astuple, dataclass
 
 import numpy as np
 import pandas as pd
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
 
 from labutils.core.busbw import element_bytes
 from labutils.core.inputs import LabInputError, check_choice, check_int
@@ -113,9 +116,6 @@ def relu_of_sum_vs_sum_of_relu(a: int = 2, b: int = -3) -> tuple[int, int]:
 
 def toy_worker(ctx) -> dict:
     """Rank r computes its toy contribution in int64 and all-reduces it: every rank gets [-3, 9]."""
-    import torch
-    import torch.distributed as dist
-
     cols = split_columns(TOY_A.shape[1], ctx.world_size, "world_size")[ctx.rank]
     part = toy_split(TOY_X, TOY_A[:, cols], TOY_B[cols, :], parts=1)
     contribution = torch.as_tensor(part.contributions[0], device=ctx.device)
@@ -181,8 +181,6 @@ def mlp_weights(hidden: int, ffn: int, seed: int = 0, dtype: str = "float32", de
     Drawn in float64 on the CPU and then cast, so every rank (and every dtype) slices the same
     numbers.
     """
-    import torch
-
     g = torch.Generator().manual_seed(seed)
     f64 = torch.float64
     W1 = torch.randn(hidden, ffn, generator=g, dtype=f64) / math.sqrt(hidden)
@@ -195,8 +193,6 @@ def mlp_weights(hidden: int, ffn: int, seed: int = 0, dtype: str = "float32", de
 
 def mlp_input(batch: int, hidden: int, seed: int = 0, dtype: str = "float32", device: str = "cpu"):
     """Deterministic input x (batch x hidden), standard normal, from `seed` (other stream than the weights)."""
-    import torch
-
     g = torch.Generator().manual_seed(seed + 1_000_003)
     return torch.randn(batch, hidden, generator=g, dtype=torch.float64).to(device=device, dtype=torch_dtype(dtype))
 
@@ -213,8 +209,6 @@ def shard(weights: MLPWeights, rank: int, world_size: int) -> MLPWeights:
 
 
 def _activation(name: str):
-    import torch.nn.functional as F
-
     return {"relu": F.relu, "gelu": F.gelu}[check_choice("activation", name, ACTIVATIONS)]
 
 
@@ -225,8 +219,6 @@ def mlp_partial(x, w: MLPWeights, activation: str = "relu"):
 
 def serial_tail(x, y_sum, b2):
     """The work every rank repeats on the full output: residual, bias and LayerNorm."""
-    import torch.nn.functional as F
-
     z = x + y_sum + b2
     return F.layer_norm(z, z.shape[-1:])
 
@@ -250,15 +242,11 @@ def summed_partials(x, weights: MLPWeights, shards: int, activation: str = "relu
 
 
 def dist_world_size() -> int:
-    import torch.distributed as dist
-
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def dist_all_reduce(t, async_op: bool = False):
     """Sum `t` in place over all ranks (torch.distributed.all_reduce); a handle with `async_op`."""
-    import torch.distributed as dist
-
     return dist.all_reduce(t, async_op=async_op)
 
 
@@ -282,8 +270,6 @@ def tp_block_step(x, w: MLPWeights, activation: str, timer, reduce: bool = True)
 
 def eps(dtype: str) -> float:
     """Machine epsilon (spacing of numbers at 1): float32 1.19e-7, bfloat16 7.8e-3, float16 9.8e-4."""
-    import torch
-
     return float(torch.finfo(torch_dtype(dtype)).eps)
 
 
@@ -344,7 +330,6 @@ def tp_check_worker(ctx, size=(8, 64), seed: int = 0, dtypes=("float32",), activ
     Every rank draws the same full weights from `seed`, keeps its slices, and also computes the
     whole block locally as the reference. `ok` = max_rel <= tolerance(dtype, K, N).
     """
-
     size = as_size(size)
     rows = []
     for dtype in dtypes:
@@ -361,7 +346,6 @@ def tp_check_worker(ctx, size=(8, 64), seed: int = 0, dtypes=("float32",), activ
 def run_tp_check(nproc: int = 2, size=(8, 64), dtypes=("float32",), seed: int = 0, backend: str = "gloo",
                  device: str = "cpu", activation: str = "relu", timeout_s: float = 120.0) -> pd.DataFrame:
     """Launch `tp_check_worker` on `nproc` ranks; one row per (dtype, rank)."""
-
     dtypes = (dtypes,) if isinstance(dtypes, str) else tuple(dtypes)
     split_columns(as_size(size).ffn, nproc, "nproc")  # refuse here, not in every rank
     per_rank = launch(tp_check_worker, nproc, kwargs={"size": astuple(as_size(size)), "seed": seed, "dtypes": dtypes,
@@ -396,7 +380,6 @@ def timed_step(step, device: str = "cpu"):
     `step` times its parts with `timer.section(name)` for name in TP_SECTIONS (a part may be absent).
     On CUDA the sections are CUDA events on the current stream, on the CPU perf_counter intervals.
     """
-
     timer = SectionTimer(device)
     with timer.section("total"):
         result = step(timer)

@@ -35,9 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from labutils.core.inputs import LabInputError, check_int, check_range
-from labutils.core.results import _reserve, results_dir, utc_stamp, write_atomic
+from labutils.core.results import reserve_path, results_dir, utc_stamp, write_atomic
 from labutils.experiments.ddp_step import build_mlp, rank_slice, synthetic_batch
 from labutils.experiments.split_timing import overlap_step
 from labutils.experiments.tensor_parallel import as_size, mlp_input, mlp_weights, shard, split_columns
@@ -63,9 +66,6 @@ def profile_step(step, device: str = "cpu", warmup: int = 2) -> dict:
     The trace is the Chrome-trace dict torch.profiler exports ({"traceEvents": [...], ...}).
     Every rank calls this together: the barrier is a collective.
     """
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-
     warmup = check_int("warmup", warmup, low=0, high=100)
     for _ in range(warmup):
         step()
@@ -92,11 +92,6 @@ def ddp_step_worker(ctx, width: int = 256, depth: int = 4, batch_per_rank: int =
     The model and batch are notebook 08's (labutils.experiments.data_parallel.build_mlp, synthetic_batch).
     Returns {"rank", "trace"}.
     """
-    import torch
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.profiler import record_function
-
-
     model = build_mlp(width, depth, seed).to(ctx.device)
     ids = [torch.device(ctx.device).index] if ctx.device.startswith("cuda") else None
     ddp = DDP(model, device_ids=ids, bucket_cap_mb=bucket_cap_mb)
@@ -335,7 +330,6 @@ def record_ddp_step(width: int = 256, depth: int = 4, batch_per_rank: int = 32, 
                     nproc: int = 2, backend: str = "gloo", device: str = "cpu", warmup: int = 2,
                     timeout_s: float = 120.0) -> Timeline:
     """Record one DDP training step on `nproc` ranks (see ddp_step_worker)."""
-
     check_int("width", width, low=1, high=65536)
     check_int("depth", depth, low=1, high=64)
     check_int("batch_per_rank", batch_per_rank, low=1)
@@ -350,7 +344,6 @@ def record_ddp_step(width: int = 256, depth: int = 4, batch_per_rank: int = 32, 
 def record_overlap_step(size=(32, 256), chunks: int = 4, nproc: int = 2, backend: str = "gloo", device: str = "cpu",
                         warmup: int = 2, timeout_s: float = 120.0) -> Timeline:
     """Record one chunked split-layer step (notebook 07's overlap) on `nproc` ranks."""
-
     size = as_size(size)
     chunks = check_int("chunks", chunks, low=1, high=size.batch)
     split_columns(size.ffn, nproc, "nproc")
@@ -366,11 +359,10 @@ def save_trace(trace: dict, kind: str = "timeline", directory: str | os.PathLike
     `directory` defaults to the `traces` folder inside the results folder (labutils.core.results:
     $LAB_RESULTS_DIR, else data/results). Open the file in https://ui.perfetto.dev ("Open trace file").
     """
-
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", kind):
         raise LabInputError(f"kind={kind!r} must be letters, digits, '.', '_' or '-'")
     folder = Path(directory) if directory else results_dir() / "traces"
     folder.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname().split(".")[0] or "host"
-    base = _reserve(folder, f"{kind}-{host}-{utc_stamp()}", (".json",))
+    base = reserve_path(folder, f"{kind}-{host}-{utc_stamp()}", (".json",))
     return write_atomic(base.with_name(base.name + ".json"), json.dumps(trace))

@@ -5,13 +5,14 @@ the sweep runs after timing each size. Runs inside the ranks (labutils.measure.h
 
 from __future__ import annotations
 
+import torch
+import torch.distributed as dist
+
 from labutils.core.busbw import ROOTS, Layout, canonical_dtype
 
 
 def torch_dtype(name: str):
     """The torch dtype for a name of DTYPES or an alias ('half' -> torch.float16)."""
-    import torch
-
     return getattr(torch, canonical_dtype(name))
 
 
@@ -21,16 +22,12 @@ def fill(rank: int, count: int, dtype: str, device: str = "cpu", offset: int = 0
     Small integers, so sums over up to 8 ranks (at most 7*8 + 36 = 92) are exact in every
     dtype here, bfloat16 and int8 included: the expected result is known exactly.
     """
-    import torch
-
     idx = torch.arange(offset, offset + count, device=device, dtype=torch.int64)
     return (idx % 8 + rank + 1).to(torch_dtype(dtype))
 
 
 def expected(lay: Layout, rank: int, device: str = "cpu"):
     """The exact result `rank` must hold after the collective on `fill`ed inputs."""
-    import torch
-
     n, dtype = lay.world_size, lay.dtype
     if lay.op == "all_reduce":
         idx = torch.arange(lay.count, device=device, dtype=torch.int64)
@@ -45,8 +42,6 @@ def expected(lay: Layout, rank: int, device: str = "cpu"):
 
 def make_buffers(lay: Layout, rank: int, device: str, filled: bool):
     """(input, output) tensors for one call; zeros when not `filled` (timing: sums stay finite)."""
-    import torch
-
     make = (lambda c: fill(rank, c, lay.dtype, device)) if filled else \
         (lambda c: torch.zeros(c, dtype=torch_dtype(lay.dtype), device=device))
     if lay.op == "all_gather":
@@ -61,8 +56,6 @@ def make_buffers(lay: Layout, rank: int, device: str, filled: bool):
 
 def collective_call(lay: Layout, inp, out):
     """A zero-argument function making one collective call of `lay.op` on these buffers."""
-    import torch.distributed as dist
-
     if lay.op == "all_reduce":
         return lambda: dist.all_reduce(inp)
     if lay.op == "all_gather":  # torch >= 2.13 names it all_gather_single
@@ -74,19 +67,10 @@ def collective_call(lay: Layout, inp, out):
     return lambda: dist.broadcast(inp, src=ROOTS["broadcast"])
 
 
-def count_wrong(lay: Layout, ctx, tamper=None) -> int:
-    """Fill, run the collective once, compare with `expected`; mismatches summed over ranks.
-
-    `tamper(out)`, when given, changes this rank's result before the comparison (the fault
-    injection of labutils.measure.faults that shows a wrong result is counted and fails the run).
-    """
-    import torch
-    import torch.distributed as dist
-
+def count_wrong(lay: Layout, ctx) -> int:
+    """Fill, run the collective once, compare with `expected`; mismatches summed over ranks."""
     inp, out = make_buffers(lay, ctx.rank, ctx.device, filled=True)
     collective_call(lay, inp, out)()
-    if tamper is not None:
-        tamper(out)
     wrong = torch.tensor([int((out != expected(lay, ctx.rank, ctx.device)).sum().item())],
                          dtype=torch.int64, device=ctx.device)
     dist.all_reduce(wrong)

@@ -15,6 +15,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import pandas as pd
+import torch
+from tqdm.auto import tqdm
 
 from labutils.core.inputs import check_int
 from labutils.core.units import GBps
@@ -38,8 +40,6 @@ class CopyResult:
 
 def time_copy(dst, src, kind: str, timer_device: str, iters: int, warmup: int = 2, pinned: bool = True) -> CopyResult:
     """Time `dst.copy_(src)`: `warmup` untimed copies, then the mean of `iters` timed ones."""
-    import torch
-
     iters = check_int("iters", iters, low=1)
     ctx = torch.cuda.device(timer_device) if timer_device.startswith("cuda") else nullcontext()
     with ctx:
@@ -52,8 +52,6 @@ def time_copy(dst, src, kind: str, timer_device: str, iters: int, warmup: int = 
 
 def host_copy(size_bytes: int, iters: int = 5) -> CopyResult:
     """CPU memory to CPU memory: what moving bytes costs without any wire (the CPU-only route)."""
-    import torch
-
     n = check_int("size_bytes", size_bytes, low=1)
     src, dst = torch.ones(n, dtype=torch.uint8), torch.empty(n, dtype=torch.uint8)
     return time_copy(dst, src, "host", "cpu", iters, pinned=False)
@@ -61,8 +59,6 @@ def host_copy(size_bytes: int, iters: int = 5) -> CopyResult:
 
 def h2d_d2h(device: int, size_bytes: int, iters: int = 10, pinned: bool = True) -> list[CopyResult]:
     """Host-to-device and device-to-host over PCIe for GPU `device` (pinned host memory by default)."""
-    import torch
-
     n = check_int("size_bytes", size_bytes, low=1)
     host = torch.ones(n, dtype=torch.uint8, pin_memory=pinned)
     gpu = torch.empty(n, dtype=torch.uint8, device=f"cuda:{device}")
@@ -73,8 +69,6 @@ def h2d_d2h(device: int, size_bytes: int, iters: int = 10, pinned: bool = True) 
 
 def d2d(src: int, dst: int, size_bytes: int, iters: int = 10) -> CopyResult:
     """GPU `src` to GPU `dst` (directly when peer access is on, else staged by the driver)."""
-    import torch
-
     n = check_int("size_bytes", size_bytes, low=1)
     a = torch.ones(n, dtype=torch.uint8, device=f"cuda:{src}")
     b = torch.empty(n, dtype=torch.uint8, device=f"cuda:{dst}")
@@ -89,8 +83,6 @@ def copy_ceiling_GBps(device: int = 0, size_bytes: int = 64 << 20, iters: int = 
 
 def peer_access_matrix() -> pd.DataFrame | None:
     """`torch.cuda.can_device_access_peer(i, j)` for every pair (True on the diagonal); None without GPUs."""
-    import torch
-
     if not torch.cuda.is_available():
         return None
     n = torch.cuda.device_count()
@@ -102,9 +94,6 @@ def peer_access_matrix() -> pd.DataFrame | None:
 def measure_copies(size_bytes: int, iters: int = 10, progress: bool = True) -> pd.DataFrame:
     """Every copy this machine can make: H2D/D2H per GPU and D2D per ordered GPU pair, or one
     host copy without GPUs. Columns of CopyResult."""
-    import torch
-    from tqdm.auto import tqdm
-
     if not torch.cuda.is_available():
         return pd.DataFrame([host_copy(size_bytes, iters).__dict__])
     n = torch.cuda.device_count()
@@ -145,7 +134,6 @@ def expected_bands(frame: pd.DataFrame, topo=None, facts=(), peers: pd.DataFrame
     peer-to-peer where `peers` says the GPUs can reach each other and through host memory where it
     says they cannot (NCCL's default when `peers` is None). Host copies cross no link: None.
     """
-
     by_gpu = {f.index: f for f in facts or ()}
     links = lambda i: host_link(by_gpu.get(i), i, pcie_gen)  # noqa: E731
     bands: list[Band | None] = []

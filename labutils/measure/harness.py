@@ -17,6 +17,9 @@ import math
 import statistics
 import time
 
+import torch
+import torch.distributed as dist
+
 from labutils.core.busbw import REDOPS, ROOTS, Layout, bandwidths_GBps, layout
 from labutils.measure.buffers import collective_call, count_wrong, make_buffers
 from labutils.measure.timing import across_ranks, time_loop
@@ -31,9 +34,6 @@ def time_one_allreduce(ctx, size_bytes: int, iters: int = 20, warmup: int = 5) -
     4. divide the elapsed time by `iters`.
     Run it in every rank with labutils.measure.launch.launch (notebook 02 shows it first).
     """
-    import torch
-    import torch.distributed as dist
-
     buf = torch.zeros(max(1, size_bytes // 4), dtype=torch.float32, device=ctx.device)
     for _ in range(warmup):
         dist.all_reduce(buf)
@@ -60,9 +60,6 @@ def warmup_iters(size_bytes: int, warmup: int) -> int:
 
 def agree_iters(probe_ms: float, budget_ms: float, min_iters: int, max_iters: int, device: str) -> int:
     """Rank 0 turns its probe time into an iteration count and broadcasts it to every rank."""
-    import torch
-    import torch.distributed as dist
-
     want = budget_ms / probe_ms if probe_ms > 0 else max_iters
     iters = torch.tensor([int(min(max_iters, max(min_iters, math.ceil(want))))], dtype=torch.int64, device=device)
     dist.broadcast(iters, src=0)
@@ -118,11 +115,8 @@ def warm_up_op(op: str, sizes, dtype: str, ctx, warmup: int) -> None:
 
 
 def sweep_worker(ctx, ops, sizes, dtype="float32", warmup=5, budget_ms=100.0, min_iters=3, max_iters=1000,
-                 check=True, tamper=None) -> list[dict]:
-    """Run in every rank: for each op and size, measure then check; returns the rows (same on all ranks).
-
-    `tamper` (tests only, see labutils.measure.faults) changes this rank's result before it is checked.
-    """
+                 check=True) -> list[dict]:
+    """Run in every rank: for each op and size, measure then check; returns the rows (same on all ranks)."""
     rows = []
     plan = [(op, s) for op in ops for s in sizes]
     for i, (op, size) in enumerate(plan):
@@ -131,7 +125,7 @@ def sweep_worker(ctx, ops, sizes, dtype="float32", warmup=5, budget_ms=100.0, mi
         lay = layout(op, size, dtype, ctx.world_size)
         if lay is not None:
             timing = measure(lay, ctx, warmup, budget_ms, min_iters, max_iters)
-            wrong = count_wrong(lay, ctx, tamper) if check else 0
+            wrong = count_wrong(lay, ctx) if check else 0
             rows.append(sweep_row(lay, timing, wrong, ctx, warmup))
         if ctx.rank == 0:
             ctx.report({"done": i + 1, "of": len(plan), "op": op, "size_bytes": size})

@@ -23,6 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+import torch.distributed as dist
+
 from labutils.core.inputs import LabInputError, check_choice, check_int
 from labutils.measure.placement import check_local_ranks, machine_placement, pin_rank, set_rank_threads
 
@@ -69,8 +72,6 @@ class BackendChoice:
 
 def cuda_device_count() -> int:
     try:
-        import torch
-
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception:  # pragma: no cover - a broken driver counts as no GPU
         return 0
@@ -188,12 +189,8 @@ def _die_with_parent() -> None:
 def init_rank(backend: str, device: str, rank: int, world_size: int, local_rank: int,
               timeout_s: float, channel=None) -> RankContext:
     """Join the process group described by MASTER_ADDR/MASTER_PORT (env://) and build the context."""
-    import torch.distributed as dist
-
     plan = rank_plan(backend, device, local_rank, cuda_device_count() if device == "cuda" else 0)
     if plan.cuda_index is not None:
-        import torch
-
         torch.cuda.set_device(plan.cuda_index)
     dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size,
                             timeout=_dt.timedelta(seconds=timeout_s))
@@ -207,8 +204,6 @@ def _child(rank, nproc, port, backend, device, placement, deadline_unix, worker,
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides; Ctrl-C reaches it first
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(nproc))
-    import torch.distributed as dist
-
     try:
         set_rank_threads(placement)
         # Collectives give up at 80% of the time left, counted after start-up (slow on a busy
@@ -392,8 +387,6 @@ def run_this_rank(worker: Callable, *, args: tuple = (), kwargs: dict | None = N
     Single node or several (`torchrun --nnodes 2 ...`); the rendezvous comes from env://. CPU
     placement as in `launch`, planned for LOCAL_WORLD_SIZE ranks, this one being LOCAL_RANK.
     """
-    import torch.distributed as dist
-
     env = torchrun_env()
     if env is None:
         raise LabInputError("not launched by torchrun: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are unset")
@@ -409,22 +402,8 @@ def run_this_rank(worker: Callable, *, args: tuple = (), kwargs: dict | None = N
             dist.destroy_process_group()
 
 
-def ping_worker(ctx: RankContext, fault_rank: int = -1, fault: str = "none") -> dict:
-    """Smallest real job: all-reduce the rank numbers; sum must be N(N-1)/2 on every rank.
-
-    `fault` makes rank `fault_rank` misbehave ("raise", "hang" or "crash"), to show (and test)
-    that the launcher ends the whole run, names the rank and leaves no process behind.
-    """
-    import torch
-    import torch.distributed as dist
-
-    if ctx.rank == fault_rank:
-        if fault == "raise":
-            raise RuntimeError(f"injected failure on rank {ctx.rank}")
-        if fault == "hang":
-            time.sleep(3600)
-        if fault == "crash":
-            os._exit(17)
+def ping_worker(ctx: RankContext) -> dict:
+    """Smallest real job: all-reduce the rank numbers; sum must be N(N-1)/2 on every rank."""
     t = torch.tensor([float(ctx.rank)], device=ctx.device)
     dist.all_reduce(t)
     ctx.report({"stage": "all_reduce done"})

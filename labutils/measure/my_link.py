@@ -32,17 +32,7 @@ def save_link(fit: LinkFit, name: str | None = None):
 
 
 def link_from_meta(meta: dict) -> LinkFit:
-    """The LinkFit of a saved link's metadata.
-
-    Files saved before the names were unified may carry only `latency_ms` (ms) and
-    `bandwidth_GBps`: they are read as alpha_us = latency_ms * 1e3 and busbw_GBps =
-    bandwidth_GBps. LabInputError when a field LinkFit needs is missing.
-    """
-    meta = dict(meta)
-    if "alpha_us" not in meta and "latency_ms" in meta:
-        meta["alpha_us"] = float(meta["latency_ms"]) * 1e3
-    if "busbw_GBps" not in meta and "bandwidth_GBps" in meta:
-        meta["busbw_GBps"] = meta["bandwidth_GBps"]
+    """The LinkFit of a saved link's metadata; LabInputError when a field LinkFit needs is missing."""
     fields = {k: meta[k] for k in LinkFit.__dataclass_fields__ if k in meta}
     missing = [k for k in ("alpha_us", "busbw_GBps", "world_size", "backend", "device") if k not in fields]
     if missing:

@@ -59,7 +59,10 @@ CPU of the process when that would still be a single CPU (a one-core rank, no sp
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
+
+import torch
 
 from labutils.core.inputs import LabInputError, check_int
 from labutils.readers.cpus import cpu_layout, format_cpulist
@@ -178,7 +181,6 @@ def plan_placement(layout, nranks: int, threads_per_rank: int | None = None, res
     threads_per_rank: None = planned (capped at `max_threads`); a number = asked for.
     reserve_cores: cores kept for no rank; None = 1 from 8 usable cores up, else 0.
     """
-
     nranks = check_int("nranks", nranks, low=1)
     max_threads = check_int("max_threads", max_threads, low=1)
     if threads_per_rank is not None:
@@ -244,7 +246,6 @@ def machine_placement(nranks: int, threads_per_rank: int | None = None, layout=N
     """`plan_placement` for this machine (`cpu_layout()`, this process's CPUs), with the
     environment's settings: LAB_PIN_CPU=0 turns pinning off, LAB_THREADS_PER_RANK=N replaces
     the planned thread count when `threads_per_rank` is None."""
-
     if threads_per_rank is None:
         threads_per_rank = _env_threads()
     return plan_placement(layout or cpu_layout(), nranks, threads_per_rank,
@@ -253,8 +254,6 @@ def machine_placement(nranks: int, threads_per_rank: int | None = None, layout=N
 
 def set_rank_threads(placement: Placement) -> None:
     """torch's intra-op thread count for this rank (call before any parallel work)."""
-    import torch
-
     torch.set_num_threads(placement.threads_per_rank)
 
 
@@ -263,8 +262,6 @@ def pin_rank(placement: Placement, local_rank: int) -> None:
     from the thread that will compute: it gets the rank's CPUs (so do the OpenMP workers it
     starts later); the threads already running (torch.distributed's) get the rank's CPUs plus
     the spare ones, or every CPU when that is one CPU (see the module docstring)."""
-    import threading
-
     if not placement.pinned or not hasattr(os, "sched_setaffinity"):
         return
     own = placement.cpus_for(local_rank)
@@ -282,20 +279,3 @@ def pin_rank(placement: Placement, local_rank: int) -> None:
         except OSError:  # the thread ended meanwhile
             pass
     os.sched_setaffinity(0, own)
-
-
-def affinity_worker(ctx) -> dict:
-    """What this rank was given: its CPU set (`os.sched_getaffinity` of the calling thread),
-    torch's thread count, and the CPUs gloo's threads (pt_gloo_runloop, gloo_tcp_loop) may use."""
-    import torch
-
-    gloo: set[int] = set()
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as fh:
-                if "gloo" in fh.read():
-                    gloo |= os.sched_getaffinity(int(tid))
-        except OSError:  # the thread ended meanwhile
-            continue
-    return {"rank": ctx.rank, "cpus": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
-            "gloo_thread_cpus": sorted(gloo)}

@@ -1,8 +1,9 @@
 """A sweep over message sizes, as nccl-tests runs one (notebook 02, `interconnect-lab sweep`).
 
 The arithmetic (algbw, busbw, the bus factor) is labutils.core.busbw; what runs in each rank is
-labutils.measure.harness (timing) and labutils.measure.buffers (the correctness check). The sweep (`run_sweep`)
-runs `sweep_worker` in every rank. Per size: warm-up calls (never timed), a short probe from
+labutils.measure.harness (timing) and labutils.measure.buffers (the correctness check). A sweep is
+a `SweepConfig` (what to measure, where); `run_sweep` checks it (`plan_sweep`) and runs `sweep_worker`
+in every rank. Per size: warm-up calls (never timed), a short probe from
 which rank 0 picks the iteration count that fills a time budget
 and broadcasts it (every rank must make the same calls), the timed loop (CUDA events on GPU,
 barrier + perf_counter on CPU, see labutils.measure.timing), the mean time over ranks and the slowest
@@ -20,9 +21,10 @@ import platform
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
+import torch
 
 from labutils.core.busbw import (
     COLUMNS,
@@ -38,10 +40,10 @@ from labutils.core.inputs import LabInputError, check_choice, check_int, check_r
 from labutils.core.progress import rank_progress
 from labutils.core.results import list_results, load_result, save_result
 from labutils.core.units import format_size
-from labutils.measure.faults import FAULTS, faulty_sweep_worker
 from labutils.measure.harness import sweep_worker
 from labutils.measure.launch import (
     MAX_TIMEOUT_S,
+    BackendChoice,
     RankError,
     cuda_device_count,
     launch,
@@ -101,8 +103,6 @@ def topology_text() -> str | None:
 
 
 def _versions() -> dict:
-    import torch
-
     nccl = None
     if torch.cuda.is_available():
         try:
@@ -116,8 +116,6 @@ def _versions() -> dict:
 def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", **settings) -> dict:
     """Where and how a sweep ran: host, devices, versions, topology when known, UTC date, settings."""
     if device == "cuda":
-        import torch
-
         count = max(1, torch.cuda.device_count())
         devices = [torch.cuda.get_device_name(r % count) for r in range(world_size)]
     else:
@@ -131,8 +129,6 @@ def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", **s
 def free_memory_bytes(device: str, nproc: int) -> int:
     """Memory free for the buffers: MemAvailable on the CPU, the smallest GPU's free memory on CUDA."""
     if device == "cuda":
-        import torch
-
         return min(torch.cuda.mem_get_info(i)[0] for i in range(min(nproc, torch.cuda.device_count())))
     try:
         with open("/proc/meminfo", encoding="utf-8") as fh:
@@ -177,77 +173,136 @@ def check_sizes_hold_elements(op: str, sizes: list[int], dtype: str, world: int)
                             f"for {op} on {world} rank(s); the allowed range is [{need}, max_bytes] bytes")
 
 
-def run_sweep(nproc: int = 2, backend: str = "auto", device: str = "auto", op="all_reduce", min_bytes="1K",
-              max_bytes="64M", factor: int = 2, dtype: str = "float32", warmup: int = 5, budget_ms: float = 100.0,
-              min_iters: int = 3, max_iters: int = 1000, check: bool = True, timeout_s: float | None = None,
-              progress: bool = True, raise_on_wrong: bool = True, fault_rank: int = -1,
-              fault: str = "none", oversubscribe: bool | None = None, on_start=None) -> SweepResult:
-    """Sweep `op` (one name or several) over sizes min_bytes..max_bytes (x factor) on `nproc` ranks.
+@dataclass(frozen=True)
+class SweepConfig:
+    """Everything a sweep is asked to do: which collective(s) over which sizes (min_bytes..max_bytes,
+    x factor; K/M/G are 1024-based), how each size is timed (warm-up calls, then about `budget_ms` of
+    timed calls, between min_iters and max_iters), and where it runs (`nproc` local ranks, backend
+    and device, "auto" picks NCCL on CUDA when there is a GPU per rank, else gloo on CPU).
+    `timeout_s` None: a minute plus 3 budgets and 2 s per size. `oversubscribe` lifts the bound on
+    local ranks (placement.check_local_ranks)."""
 
-    Spawns local ranks (labutils.measure.launch), or, when torchrun set RANK/WORLD_SIZE/MASTER_*, runs as
-    this process's rank with WORLD_SIZE ranks. `backend="auto"` picks NCCL when there is a GPU per
-    rank, else gloo on CPU; meta["backend_reason"] says why. `budget_ms` is the timed time per
-    size the iteration count aims at (between min_iters and max_iters). Raises
-    WrongResultError (after the whole sweep) when any element was wrong, RankError naming the rank
-    when one fails or hangs, LabInputError on bad input (every input is checked before a rank
-    starts; `nproc` is bounded by `placement.check_local_ranks`, `oversubscribe` lifts it).
-    `on_start(choice)` is called once everything is checked, just before the ranks start.
-    """
-    ops = (op,) if isinstance(op, str) else tuple(op)
+    nproc: int = 2
+    backend: str = "auto"
+    device: str = "auto"
+    op: str | tuple[str, ...] = "all_reduce"
+    min_bytes: int | str = "1K"
+    max_bytes: int | str = "64M"
+    factor: int = 2
+    dtype: str = "float32"
+    warmup: int = 5
+    budget_ms: float = 100.0
+    min_iters: int = 3
+    max_iters: int = 1000
+    check: bool = True
+    timeout_s: float | None = None
+    oversubscribe: bool | None = None
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A SweepConfig checked and resolved: the ops and sizes, the ranks (`world` in all, `local` on
+    this machine), the backend chosen, the timeout; `torchrun` holds RANK/WORLD_SIZE/... when this
+    process is one rank of a torchrun job, else None."""
+
+    config: SweepConfig
+    ops: tuple[str, ...]
+    sizes: list[int]
+    dtype: str
+    world: int
+    local: int
+    choice: BackendChoice
+    timeout_s: float
+    torchrun: dict | None
+
+    def worker_kwargs(self) -> dict:
+        c = self.config
+        return dict(ops=self.ops, sizes=self.sizes, dtype=self.dtype, warmup=c.warmup, budget_ms=c.budget_ms,
+                    min_iters=c.min_iters, max_iters=c.max_iters, check=c.check)
+
+
+def plan_sweep(config: SweepConfig) -> SweepPlan:
+    """Check every input of `config` before a rank starts (LabInputError naming the parameter) and
+    resolve the ranks, the backend and the timeout."""
+    ops = (config.op,) if isinstance(config.op, str) else tuple(config.op)
     for name in ops:
         check_choice("op", name, OPS)
-    dtype = canonical_dtype(dtype)
-    sizes = sweep_sizes(min_bytes, max_bytes, factor)
-    warmup = check_int("warmup", warmup, low=0, high=MAX_WARMUP)
-    check_range("budget_ms", budget_ms, low=0, low_open=True, high=MAX_BUDGET_MS, unit="ms")
-    if timeout_s is not None:
-        check_range("timeout_s", timeout_s, low=0, low_open=True, high=MAX_TIMEOUT_S, high_open=True, unit="s")
-    min_iters = check_int("min_iters", min_iters, low=1)
-    max_iters = check_int("max_iters", max_iters, low=min_iters)
-    check_choice("fault", fault, FAULTS)
+    dtype = canonical_dtype(config.dtype)
+    sizes = sweep_sizes(config.min_bytes, config.max_bytes, config.factor)
+    check_range("budget_ms", config.budget_ms, low=0, low_open=True, high=MAX_BUDGET_MS, unit="ms")
+    if config.timeout_s is not None:
+        check_range("timeout_s", config.timeout_s, low=0, low_open=True, high=MAX_TIMEOUT_S, high_open=True,
+                    unit="s")
+    min_iters = check_int("min_iters", config.min_iters, low=1)
+    config = replace(config, warmup=check_int("warmup", config.warmup, low=0, high=MAX_WARMUP), min_iters=min_iters,
+                     max_iters=check_int("max_iters", config.max_iters, low=min_iters))
     env = torchrun_env()
-    world = env["world_size"] if env else check_local_ranks(nproc, oversubscribe=oversubscribe)
-    local = env["local_world_size"] if env else world
     if env:
-        check_local_ranks(local, oversubscribe=oversubscribe, name="LOCAL_WORLD_SIZE")
-    fault_rank = check_int("fault_rank", fault_rank, low=-1, high=world - 1)
+        world, local = env["world_size"], env["local_world_size"]
+        check_local_ranks(local, oversubscribe=config.oversubscribe, name="LOCAL_WORLD_SIZE")
+    else:
+        world = local = check_local_ranks(config.nproc, oversubscribe=config.oversubscribe)
     for name in ops:
         check_sizes_hold_elements(name, sizes, dtype, world)
-    choice = resolve_backend(backend, device, local)
+    choice = resolve_backend(config.backend, config.device, local)
     check_memory(sizes[-1], local, choice.device, local)
+    timeout_s = config.timeout_s
     if timeout_s is None:
-        timeout_s = min(60.0 + len(ops) * len(sizes) * (3 * budget_ms / 1e3 + 2.0), MAX_TIMEOUT_S / 2)
+        timeout_s = min(60.0 + len(ops) * len(sizes) * (3 * config.budget_ms / 1e3 + 2.0), MAX_TIMEOUT_S / 2)
+    return SweepPlan(config, ops, sizes, dtype, world, local, choice, timeout_s, env)
+
+
+def run_sweep(config: SweepConfig | None = None, *, progress: bool = True, raise_on_wrong: bool = True,
+              on_start=None, **settings) -> SweepResult:
+    """Run the sweep `config` (SweepConfig's defaults, changed by `settings`, its field names:
+    `run_sweep(nproc=2, max_bytes="4M", budget_ms=30)`).
+
+    Spawns local ranks (labutils.measure.launch), or, when torchrun set RANK/WORLD_SIZE/MASTER_*, runs as
+    this process's rank with WORLD_SIZE ranks; every rank runs `harness.sweep_worker`.
+    meta["backend_reason"] says why the backend was chosen. Raises LabInputError on bad input
+    (`plan_sweep`, before a rank starts), RankError naming the rank when one fails or hangs, and
+    WrongResultError (after the whole sweep) when any element was wrong and `raise_on_wrong`.
+    `on_start(choice)` is called once everything is checked, just before the ranks start.
+    """
+    plan = plan_sweep(replace(config or SweepConfig(), **settings))
     if on_start is not None:
-        on_start(choice)
-    kwargs = dict(ops=ops, sizes=sizes, dtype=dtype, warmup=warmup, budget_ms=budget_ms, min_iters=min_iters,
-                  max_iters=max_iters, check=check)
-    worker = sweep_worker
-    if fault != "none":
-        worker, kwargs = faulty_sweep_worker, {**kwargs, "fault_rank": fault_rank, "fault": fault}
-    is_main = env is None or env["rank"] == 0
+        on_start(plan.choice)
     started = time.perf_counter()
-    with rank_progress(len(ops) * len(sizes), f"{'+'.join(ops)} sweep ({choice.backend}, {world} ranks)",
-                       progress and is_main, unit="size") as report:
-        if env:
-            rows = run_this_rank(worker, kwargs=kwargs, backend=choice.backend, device=choice.device,
-                                 timeout_s=timeout_s, on_report=report)
-        else:
-            rows = launch(worker, world, kwargs=kwargs, backend=choice.backend, device=choice.device,
-                          timeout_s=timeout_s, on_report=report, oversubscribe=oversubscribe)[0]
-    frame = pd.DataFrame(rows, columns=COLUMNS + SWEEP_EXTRA)
-    meta = sweep_meta(choice.backend, choice.device, world, choice.reason, ops=list(ops), dtype=dtype,
-                      min_bytes=sizes[0], max_bytes=sizes[-1], factor=factor, warmup=warmup, budget_ms=budget_ms,
-                      min_iters=min_iters, max_iters=max_iters, launcher="torchrun" if env else "spawn",
-                      cpu_placement=machine_placement(local).explanation,
-                      wall_s=round(time.perf_counter() - started, 3),
-                      avg_busbw_GBps=float(frame["busbw_GBps"].mean()) if len(frame) else math.nan)
-    result = SweepResult(frame, meta)
+    rows = _run_ranks(plan, progress)
+    result = _sweep_result(plan, rows, wall_s=time.perf_counter() - started)
     if raise_on_wrong and result.wrong:
-        bad = frame[frame["wrong"] > 0]
+        bad = result.frame[result.frame["wrong"] > 0]
         where = ", ".join(f"{o} {format_size(s)}: {w}" for o, s, w in zip(bad["op"], bad["size_bytes"], bad["wrong"]))
         raise WrongResultError(f"{result.wrong} wrong element(s) in the results ({where}); "
                                "the measurement is not trustworthy", result)
     return result
+
+
+def _run_ranks(plan: SweepPlan, progress: bool) -> list[dict]:
+    """The rows of `sweep_worker` run in every rank (rank 0's copy), with a progress bar on rank 0."""
+    choice, env = plan.choice, plan.torchrun
+    is_main = env is None or env["rank"] == 0
+    with rank_progress(len(plan.ops) * len(plan.sizes), f"{'+'.join(plan.ops)} sweep ({choice.backend}, "
+                       f"{plan.world} ranks)", progress and is_main, unit="size") as report:
+        if env:
+            return run_this_rank(sweep_worker, kwargs=plan.worker_kwargs(), backend=choice.backend,
+                                 device=choice.device, timeout_s=plan.timeout_s, on_report=report)
+        return launch(sweep_worker, plan.world, kwargs=plan.worker_kwargs(), backend=choice.backend,
+                      device=choice.device, timeout_s=plan.timeout_s, on_report=report,
+                      oversubscribe=plan.config.oversubscribe)[0]
+
+
+def _sweep_result(plan: SweepPlan, rows: list[dict], wall_s: float) -> SweepResult:
+    """The rows as a frame (COLUMNS + SWEEP_EXTRA) and the metadata: where, how and with what settings."""
+    c, choice = plan.config, plan.choice
+    frame = pd.DataFrame(rows, columns=COLUMNS + SWEEP_EXTRA)
+    meta = sweep_meta(choice.backend, choice.device, plan.world, choice.reason, ops=list(plan.ops), dtype=plan.dtype,
+                      min_bytes=plan.sizes[0], max_bytes=plan.sizes[-1], factor=c.factor, warmup=c.warmup,
+                      budget_ms=c.budget_ms, min_iters=c.min_iters, max_iters=c.max_iters,
+                      launcher="torchrun" if plan.torchrun else "spawn",
+                      cpu_placement=machine_placement(plan.local).explanation, wall_s=round(wall_s, 3),
+                      avg_busbw_GBps=float(frame["busbw_GBps"].mean()) if len(frame) else math.nan)
+    return SweepResult(frame, meta)
 
 
 def save_sweep(result: SweepResult):
@@ -330,9 +385,6 @@ def add_cli(subparsers) -> None:
     p.add_argument("--timeout", type=float, default=None, help="seconds before a stuck run is stopped")
     p.add_argument("--no-save", action="store_true", help="do not write a result file")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--fault-rank", type=int, default=-1, help="(testing) rank that misbehaves")
-    p.add_argument("--fault", default="none", choices=FAULTS,
-                   help="(testing) how --fault-rank misbehaves")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print the rows as a JSON list")
     fmt.add_argument("--csv", action="store_true", help="print the rows as CSV")
@@ -348,11 +400,11 @@ def _cli_sweep(args) -> int:
             print(f"backend: {choice.backend} on {choice.device} ({choice.reason})", file=sys.stderr)
 
     try:
-        result = run_sweep(nproc=args.nproc, backend=args.backend, device=args.device, op=args.op,
-                           min_bytes=args.min_bytes, max_bytes=args.max_bytes, factor=args.factor, dtype=args.dtype,
-                           warmup=args.warmup, budget_ms=args.budget_ms, timeout_s=args.timeout,
-                           progress=not args.no_progress, raise_on_wrong=False, fault_rank=args.fault_rank,
-                           fault=args.fault, oversubscribe=args.oversubscribe or None, on_start=announce)
+        config = SweepConfig(nproc=args.nproc, backend=args.backend, device=args.device, op=args.op,
+                             min_bytes=args.min_bytes, max_bytes=args.max_bytes, factor=args.factor, dtype=args.dtype,
+                             warmup=args.warmup, budget_ms=args.budget_ms, timeout_s=args.timeout,
+                             oversubscribe=args.oversubscribe or None)
+        result = run_sweep(config, progress=not args.no_progress, raise_on_wrong=False, on_start=announce)
     except RankError as exc:
         if is_main:
             print(f"error: {exc}".splitlines()[0], file=sys.stderr)

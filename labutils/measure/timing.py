@@ -13,6 +13,9 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import torch
+import torch.distributed as dist
+
 from labutils.measure.launch import barrier_kwargs
 
 
@@ -23,8 +26,6 @@ def is_cuda(device: str) -> bool:
 def synchronize(device: str) -> None:
     """Wait until all queued work on `device` has finished (no-op on the CPU)."""
     if is_cuda(device):
-        import torch
-
         torch.cuda.synchronize(device)
 
 
@@ -33,8 +34,6 @@ def barrier(device: str = "cpu") -> None:
 
     NCCL's barrier is told which GPU this rank uses (`launch.barrier_kwargs`); gloo needs nothing.
     """
-    import torch.distributed as dist
-
     synchronize(device)
     if dist.is_available() and dist.is_initialized():
         dist.barrier(**barrier_kwargs(dist.get_backend(), device))
@@ -59,8 +58,6 @@ class _Clock:
     def __init__(self, device: str):
         self.device = str(device)
         if is_cuda(self.device):
-            import torch
-
             self._start = torch.cuda.Event(enable_timing=True)
             self._stop = torch.cuda.Event(enable_timing=True)
         self._t0 = self._t1 = None
@@ -148,9 +145,6 @@ class RankStats:
 
 def across_ranks(value: float, device: str = "cpu") -> RankStats:
     """All-reduce `value` to its mean, max and min over ranks (every rank must call this)."""
-    import torch
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()):
         return RankStats(value, value, value)
     dev = device if is_cuda(device) else "cpu"
