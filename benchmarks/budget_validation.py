@@ -37,8 +37,8 @@ DEFAULT_HIDDEN = "64,96,128,192,256,384,512,768,1024"
 
 def measured_link(reuse: bool):
     """The link to predict with: the newest saved gloo/cpu 2-rank link, or a fresh sweep and fit."""
-    from labutils.measure.my_link import ensure_link, save_link
-    from labutils.measure.sweep import run_sweep
+    from labutils.measure.my_link import save_link
+    from labutils.measure.sweep import ensure_link, run_sweep
     from labutils.model.fit import fit_alpha_beta
 
     if reuse:

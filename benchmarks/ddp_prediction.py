@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pandas as pd  # noqa: E402
 
 from labutils.experiments import data_parallel, ddp_step
-from labutils.measure.my_link import ensure_link, save_link  # noqa: E402
-from labutils.measure.sweep import ensure_sweep, run_sweep, save_sweep  # noqa: E402
+from labutils.measure.my_link import save_link  # noqa: E402
+from labutils.measure.sweep import ensure_link, ensure_sweep, run_sweep, save_sweep  # noqa: E402
 from labutils.model import ddp_model
 from labutils.model.fit import fit_alpha_beta  # noqa: E402
 

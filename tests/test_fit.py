@@ -11,7 +11,8 @@ import labutils.core.busbw as busbw
 import labutils.measure.sweep as sweep
 from labutils.core.inputs import LabInputError
 from labutils.core.results import DATA_DIR, list_results
-from labutils.measure.my_link import ensure_link, load_link, save_link
+from labutils.measure.my_link import load_link, save_link
+from labutils.measure.sweep import ensure_link
 from labutils.model.fit import (
     LinkFit,
     allreduce_ms,

@@ -9,28 +9,29 @@ import torch
 
 from labutils.core.inputs import LabInputError
 from labutils.experiments import tensor_parallel as tp
+from labutils.model import toy_split as toy
 
 # --- the toy split ---------------------------------------------------------------------------------
 
 
 def test_toy_split_is_exact_in_integers():
-    split = tp.toy_split()
+    split = toy.toy_split()
     assert split.pre_activations[0].tolist() == [[1, 1]]
     assert split.hidden[1].tolist() == [[0, 4]]  # ReLU([-1, 4])
     assert min(int(p.min()) for p in split.pre_activations) < 0, "ReLU must matter in the example"
     assert [c.tolist() for c in split.contributions] == [[[1, 1]], [[-4, 8]]]
     assert split.total.dtype == np.int64
-    assert split.total.tolist() == tp.toy_whole().tolist() == [[-3, 9]]
+    assert split.total.tolist() == toy.toy_whole().tolist() == [[-3, 9]]
 
 
 @pytest.mark.parametrize("parts", [1, 2, 4])
 def test_toy_split_any_even_cut_sums_to_the_whole(parts):
-    assert np.array_equal(tp.toy_split(parts=parts).total, tp.toy_whole())
+    assert np.array_equal(toy.toy_split(parts=parts).total, toy.toy_whole())
 
 
 def test_toy_split_rejects_an_uneven_cut():
     with pytest.raises(LabInputError, match="parts=3"):
-        tp.toy_split(parts=3)
+        toy.toy_split(parts=3)
 
 
 def test_launchers_refuse_a_rank_count_that_does_not_divide_the_layer():
@@ -39,11 +40,11 @@ def test_launchers_refuse_a_rank_count_that_does_not_divide_the_layer():
 
 
 def test_wrong_split_across_relu_differs():
-    assert tp.relu_of_sum_vs_sum_of_relu(2, -3) == (0, 2)
-    wrong = tp.toy_wrong_split()
-    assert not np.array_equal(wrong.total, tp.toy_whole())
+    assert toy.relu_of_sum_vs_sum_of_relu(2, -3) == (0, 2)
+    wrong = toy.toy_wrong_split()
+    assert not np.array_equal(wrong.total, toy.toy_whole())
     # without ReLU the row split would be right: the sum of partial pre-activations is x A
-    assert np.array_equal(sum(wrong.pre_activations), tp.TOY_X @ tp.TOY_A)
+    assert np.array_equal(sum(wrong.pre_activations), toy.TOY_X @ toy.TOY_A)
 
 
 # --- the MLP block -----------------------------------------------------------------------------------

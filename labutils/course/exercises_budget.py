@@ -8,10 +8,10 @@ import numpy as np
 
 from labutils.core.busbw import bus_factor
 from labutils.course.grading import grade
-from labutils.experiments.tensor_parallel import TOY_A, TOY_B, relu, toy_split, toy_whole, toy_wrong_split
 from labutils.model import budget as bm
 from labutils.model import hardware_ratio as hr
 from labutils.model.ddp_model import max_hidden_gradient_bytes, min_busbw_for_efficiency, predicted_efficiency
+from labutils.model.toy_split import TOY_A, TOY_B, relu, toy_split, toy_whole, toy_wrong_split
 
 # --- 05 · tensor parallel -------------------------------------------------------------------------------
 

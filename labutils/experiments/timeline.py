@@ -43,9 +43,10 @@ from labutils.core.inputs import LabInputError, check_int, check_range
 from labutils.core.results import reserve_path, results_dir, utc_stamp, write_atomic
 from labutils.experiments.ddp_step import build_mlp, rank_slice, synthetic_batch
 from labutils.experiments.split_timing import overlap_step
-from labutils.experiments.tensor_parallel import as_size, mlp_input, mlp_weights, shard, split_columns
+from labutils.experiments.tensor_parallel import as_size, mlp_input, mlp_weights, shard
 from labutils.measure.launch import launch
 from labutils.measure.timing import SectionTimer, barrier, is_cuda, synchronize
+from labutils.model.toy_split import split_columns
 
 STEP_MARK = "lab:step"
 KINDS = ("compute", "communication", "copy")  # drawn; everything else is "other"

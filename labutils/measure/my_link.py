@@ -1,9 +1,10 @@
-"""My link: the measured alpha-beta link saved as a result of kind "link", read back, and measured
-when missing. One set of names on disk (LinkFit's fields: alpha_us, busbw_GBps, world_size, ...);
-one reader (`link_from_meta`); LinkFit.budget_params translates it into the time budget's names.
+"""My link: the measured alpha-beta link saved as a result of kind "link" and read back; measuring
+it when none is saved is `labutils.measure.sweep.ensure_link`. One set of names on disk (LinkFit's
+fields: alpha_us, busbw_GBps, world_size, ...); one reader (`link_from_meta`); LinkFit.budget_params
+translates it into the time budget's names.
 
-Written by notebooks 02 and 04; read by the budget sliders' presets (labutils.show.budget_dashboard), notebook
-07 (validation) and notebook 08 (data parallel).
+Written by notebooks 02 and 04; read by the budget sliders' presets (labutils.show.budget_dashboard),
+notebook 07 (validation) and notebook 08 (data parallel).
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ from dataclasses import asdict
 
 from labutils.core.inputs import LabInputError
 from labutils.core.results import latest_result, list_results, load_result, save_result
-from labutils.measure import sweep
-from labutils.measure.launch import resolve_backend
-from labutils.model.fit import LinkFit, fit_alpha_beta
+from labutils.model.fit import LinkFit
 
 KIND = "link"
 
@@ -70,20 +69,3 @@ def saved_links(directory=None) -> list[tuple[str, LinkFit, str]]:
         links.append((str(meta.get("name") or f"my link ({path.stem})"), link,
                       str(meta.get("source") or f"measured: {path.name}")))
     return links
-
-
-def ensure_link(nproc: int = 2, backend: str = "auto", device: str = "auto", quick: bool = True) -> LinkFit:
-    """The newest saved link for this backend, device and `nproc`; else measure, fit, save it.
-
-    Measuring runs an all_reduce sweep (1 KiB..4 MiB quick, ..64 MiB otherwise) on `nproc`
-    local ranks, which takes seconds on a CPU and less on GPUs.
-    """
-    choice = resolve_backend(backend, device, nproc)
-    found = load_link(nproc, choice.backend, choice.device)
-    if found is not None:
-        return found
-    result = sweep.run_sweep(nproc=nproc, backend=choice.backend, device=choice.device, min_bytes="1K",
-                             max_bytes="4M" if quick else "64M", budget_ms=30 if quick else 100, progress=False)
-    fit = fit_alpha_beta(result.frame)
-    save_link(fit)
-    return fit

@@ -52,7 +52,9 @@ from labutils.measure.launch import (
     run_this_rank,
     torchrun_env,
 )
+from labutils.measure.my_link import load_link, save_link
 from labutils.measure.placement import check_local_ranks, machine_placement
+from labutils.model.fit import LinkFit, fit_alpha_beta
 from labutils.readers.nccl_tests import print_rows
 from labutils.readers.topology import run_nvidia_smi
 
@@ -350,6 +352,23 @@ def ensure_sweep(min_bytes: float, max_bytes: float, nproc: int = 2, backend: st
     save_sweep(result)
     return result
 
+
+
+def ensure_link(nproc: int = 2, backend: str = "auto", device: str = "auto", quick: bool = True) -> LinkFit:
+    """The newest saved link for this backend, device and `nproc`; else measure, fit, save it.
+
+    Measuring runs an all_reduce sweep (1 KiB..4 MiB quick, ..64 MiB otherwise) on `nproc`
+    local ranks, which takes seconds on a CPU and less on GPUs.
+    """
+    choice = resolve_backend(backend, device, nproc)
+    found = load_link(nproc, choice.backend, choice.device)
+    if found is not None:
+        return found
+    result = run_sweep(nproc=nproc, backend=choice.backend, device=choice.device, min_bytes="1K",
+                       max_bytes="4M" if quick else "64M", budget_ms=30 if quick else 100, progress=False)
+    fit = fit_alpha_beta(result.frame)
+    save_link(fit)
+    return fit
 
 def compare_sweeps(frames: dict) -> pd.DataFrame:
     """busbw of two or more labelled sweeps side by side, by size, and first / others ratios."""
