@@ -25,7 +25,7 @@ from labutils.measure.launch import launch  # noqa: E402
 from labutils.measure.sweep import run_sweep  # noqa: E402
 from labutils.measure.timing import across_ranks, barrier  # noqa: E402
 from labutils.model.fit import fit_alpha_beta  # noqa: E402
-from labutils.readers.nccl_table import format_nccl_table  # noqa: E402
+from labutils.readers.nccl_tests import format_nccl_table  # noqa: E402
 
 RATIO_FROM_BYTES = 1 << 20
 

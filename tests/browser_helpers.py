@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,7 +20,36 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from labutils.course.lab import LabNotStarted, lab_command, stop_lab, wait_for_lab
+import psutil
+
+from labutils.course.lab import LabNotStarted, lab_command, wait_for_lab
+
+
+def stop_lab(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """Stop a server started with start_new_session=True, and everything it started.
+
+    SIGTERM to its process group lets the server shut its kernels down; what is still there after
+    `timeout_s` is killed. Kernels run in sessions of their own, so they are collected first and
+    ended one by one as well.
+    """
+    try:
+        started = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        started = []
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=timeout_s)
+    _, alive = psutil.wait_procs(started, timeout=timeout_s)
+    for child in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    psutil.wait_procs(alive, timeout=timeout_s)
+
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -159,8 +189,6 @@ def chromium(profile_dir: Path, width: int = 1400, height: int = 1000):
 
 def _end_processes_mentioning(*markers: str) -> None:
     """End what is left of the browser: processes whose command line names our own folders."""
-    import psutil
-
     def ours(proc) -> bool:
         try:
             line = " ".join(proc.cmdline())

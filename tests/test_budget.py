@@ -1,44 +1,16 @@
-"""The time-budget model: every figure the article prints, vectorised calls, bad input, "never"."""
+"""The time-budget model: the article's two-device figures, N devices and the wire dtype, vectorised
+calls, bad input, "never". (The worked cases of the article: tests/test_budget_cases.py.)"""
 
 import math
-from decimal import Decimal
+import warnings
 
 import numpy as np
 import pytest
 
 from labutils.core.inputs import LabInputError
-from labutils.course import budget_cli
 from labutils.model import budget as bm
 
-CASES = budget_cli.load_cases()
 BASE = dict(bm.BASE_CASE)
-PRINTED = [(case["name"], key, text) for case in CASES for key, text in case["printed"].items()]
-
-
-def _matches_print(value: float, text: str) -> bool:
-    """The article prints a figure with k decimals: the model rounded to k decimals must equal it."""
-    decimals = max(-Decimal(text).as_tuple().exponent, 0)
-    return round(value, decimals) == float(text)
-
-
-@pytest.mark.parametrize("name,key,text", PRINTED, ids=[f"{n}:{k}" for n, k, _ in PRINTED])
-def test_every_printed_figure_is_reproduced(name, key, text):
-    case = next(c for c in CASES if c["name"] == name)
-    value = budget_cli.case_figures(**case["inputs"])[key]
-    assert _matches_print(value, text), f"{name}: {key} = {value!r}, the article prints {text}"
-
-
-def test_the_cases_file_holds_the_figures_the_article_prints():
-    printed = {float(text) for _, _, text in PRINTED}
-    for figure in (9.22, 1.388, 0.694, 2.45333, 2.345, 16.42, 8.58, 108.42, 1.033, 8.3, 1.82648,
-                   0.001095, 0.54152, 6.25, 12.8, 0.92, 8.12, 0.28, 112, 0.375, 7.5, 0.2):
-        assert figure in printed, f"{figure} is missing from data/budget_cases.json"
-
-
-def test_cases_start_from_the_module_base_case():
-    assert CASES[0]["inputs"] == BASE
-    assert {c["name"] for c in CASES} >= {"base case", "little compute, C = 1 ms", "slow link, B = 1 GB/s",
-                                          "fast link, B = 50 GB/s", "large serial part, S = 100 ms"}
 
 
 def test_base_case_budget_fields_and_their_relations():
@@ -207,8 +179,94 @@ def test_verdict_says_whether_splitting_pays():
     assert bm.verdict(zero).startswith("Break-even")
 
 
-def test_cases_table_lists_every_case():
-    table = budget_cli.cases_table()
-    assert list(table.index) == [c["name"] for c in CASES]
-    assert table.loc["base case", "T2 (ms)"] == pytest.approx(9.22)
-    assert table.loc["large serial part, S = 100 ms", "speedup"] == pytest.approx(112 / 108.42)
+BAD_VALUES = [None, "3", "fast", math.nan, math.inf, -1.0, True, [1, 2, 3]]
+
+
+@pytest.mark.parametrize("value", BAD_VALUES, ids=repr)
+def test_a_bad_value_of_any_kind_is_named_without_warnings(value):
+    params = dict(BASE)
+    name = "Q" if value != math.inf else "C_ms"
+    params[name] = value
+    if isinstance(value, list):
+        params["eta"] = np.array([0.7, 0.8])  # (3,) against (2,): they do not broadcast
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(LabInputError, match=name if not isinstance(value, list) else "broadcast"):
+            bm.evaluate(**params)
+
+
+def test_never_reason_and_huge_C_without_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        b = bm.evaluate(**{**BASE, "bandwidth_GBps": 1e-320})
+        assert "eta <=" not in bm.verdict(b) and "bandwidth is too low" in bm.verdict(b)
+        low = bm.evaluate(**{**BASE, "eta": 0.4})
+        assert "eta <= 0.5" in bm.verdict(low)
+        huge = bm.evaluate(**{**BASE, "C_ms": 1e308})
+        assert huge.min_eta == pytest.approx(0.5)
+    arrays = bm.evaluate(**{**BASE, "C_ms": np.array([1.0, 12.0])})
+    with pytest.raises(LabInputError, match="arrays of shape"):
+        bm.verdict(arrays)
+
+
+# --- N devices: the ring all-reduce per exchange, the wire dtype ---
+
+def test_ring_startups_and_bytes_grow_with_N():
+    link = {k: BASE[k] for k in ("Q", "latency_ms", "volume_bytes", "bandwidth_GBps")}
+    h = [bm.comm_ms(**link, n_devices=n) for n in (2, 4, 8)]
+    assert h == pytest.approx([4 * (0.03 + 0.2), 4 * (3 * 0.03 + 1.5 * 0.2), 4 * (7 * 0.03 + 1.75 * 0.2)])
+    assert bm.comm_ms(**link, n_devices=4, wire_dtype="bf16") == pytest.approx(0.96)
+    assert bm.ring_factor(2) == 1.0 and bm.ring_factor(8) == 1.75
+    table = bm.devices_table(BASE)
+    assert list(table["N"]) == [2, 4, 8, 2, 4, 8] and list(table["wire"]) == ["fp32"] * 3 + ["bf16"] * 3
+    assert table["T_N (ms)"].iloc[0] == pytest.approx(9.22)
+
+
+def test_every_quantity_on_four_devices():
+    """The article's base case on N = 4: H_4 = 4(3 * 0.03 + 1.5 * 0.2) = 1.56 ms, C/(4 * 0.8) = 3.75 ms."""
+    b = bm.evaluate(**BASE, n_devices=4)
+    link = {k: BASE[k] for k in ("Q", "latency_ms", "volume_bytes", "bandwidth_GBps")}
+    saved = 1 - 1 / 3.2
+    assert b.n_devices == 4
+    assert b.comm_ms == pytest.approx(1.56) == bm.comm_ms(**link, n_devices=4)
+    assert b.t_two_ms == pytest.approx(0.8 + 3.75 + 1.56) == bm.t_two_ms(**BASE, n_devices=4)
+    assert b.efficiency == pytest.approx(b.speedup / 4)
+    assert b.overlap_bound_ms == pytest.approx(0.8 + 3.75) == bm.overlap_bound_ms(**BASE, n_devices=4)
+    assert bm.saved_fraction(0.8, n_devices=4) == pytest.approx(saved)
+    assert b.break_even_C_ms == pytest.approx(1.56 / saved) == bm.break_even_C_ms(0.8, **link, n_devices=4)
+    window = 12.0 * saved / 4 - 3 * 0.03
+    assert bm.transfer_window_ms(12.0, 0.8, 4, 0.03, n_devices=4) == pytest.approx(window)
+    need = 1.5 * 2e6 / (window * 1e6)
+    assert b.min_bandwidth_GBps == pytest.approx(need)
+    assert bm.min_bandwidth_GBps(12.0, 0.8, 4, 0.03, 2e6, n_devices=4) == pytest.approx(need)
+    assert b.min_eta == pytest.approx(12.0 / (4 * (12.0 - 1.56))) == bm.min_eta(12.0, **link, n_devices=4)
+    bf16 = bm.evaluate(**BASE, n_devices=4, wire_dtype="bf16")
+    assert bf16.comm_ms == pytest.approx(4 * (3 * 0.03 + 1.5 * 0.1))
+    assert bm.min_bandwidth_GBps(12.0, 0.8, 4, 0.03, 2e6, n_devices=4, wire_dtype="bf16") == pytest.approx(need / 2)
+
+
+def test_never_on_N_devices():
+    assert math.isinf(bm.break_even_C_ms(0.25, 4, 0.03, 2e6, 10.0, n_devices=4))  # eta <= 1/4
+    assert math.isfinite(bm.break_even_C_ms(0.3, 4, 0.03, 2e6, 10.0, n_devices=4))
+    assert math.isinf(bm.min_bandwidth_GBps(0.3, 0.8, 4, 0.03, 2e6, n_devices=8))  # startups 4 * 7 * 0.03 > saving
+    assert math.isinf(bm.min_eta(1.0, 4, 0.03, 2e6, 10.0, n_devices=8))
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"n_devices": 1}, "n_devices=1"), ({"n_devices": 2.5}, "n_devices=2.5"), ({"n_devices": "4"}, "n_devices='4'"),
+    ({"n_devices": True}, "n_devices=True"), ({"wire_dtype": "int8"}, "wire_dtype='int8'")])
+def test_bad_N_or_dtype_is_refused_naming_it(kwargs, needle):
+    with pytest.raises(LabInputError, match=needle.replace(".", r"\.").replace("(", r"\(")):
+        bm.evaluate(**BASE, **kwargs)
+    with pytest.raises(LabInputError, match=needle.replace(".", r"\.")):
+        bm.comm_ms(4, 0.03, 2e6, 10.0, **kwargs)
+    assert bm.check_devices(np.int64(4)) == 4
+
+
+def test_n_device_notes_and_verdict_name_N():
+    b = bm.evaluate(**{**BASE, "eta": 0.2}, n_devices=4)
+    assert "eta <= 1/4" in b.notes["break_even_C_ms"]
+    assert "4 devices" in bm.verdict(b) and "eta <= 1/4" in bm.verdict(b)
+    tight = bm.evaluate(**{**BASE, "C_ms": 0.3}, n_devices=8)
+    assert "Q*7*l" in tight.notes["min_bandwidth_GBps"]
+    assert "not 8x" in bm.verdict(bm.evaluate(**{**BASE, "C_ms": 100.0}, n_devices=8))

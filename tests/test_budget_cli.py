@@ -78,3 +78,24 @@ def test_as_a_program():
     run = subprocess.run([sys.executable, "-m", "labutils", "budget", "--eta", "2"],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1 and "eta" in run.stderr
+
+
+def test_cli_N_and_wire_dtype(capsys):
+    data = _json(capsys, "--N", "4", "--wire-dtype", "bf16")
+    expected = bm.evaluate(**bm.BASE_CASE, n_devices=4, wire_dtype="bf16")
+    assert data["t_two_ms"] == pytest.approx(expected.t_two_ms) and data["comm_ms"] == pytest.approx(0.96)
+    assert main(["budget", "--N", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "N = 8 devices" in out and "8 devices, T_N" in out and "not 8x" in out
+    assert main(["budget", "--N", "2", "--wire-dtype", "fp32"]) == 0
+    assert "Two-device time budget" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,name", [(["--N", "1"], "--N"), (["--N", "2.5"], "--N"), (["--N", "many"], "--N"),
+                                       (["--wire-dtype", "int8"], "--wire-dtype"),
+                                       (["--N", "4", "--eta", "0"], "--eta")])
+def test_cli_bad_N_or_dtype_exits_2_with_one_line(capsys, argv, name):
+    assert main(["budget", *argv]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and name in lines[0] and captured.out == ""

@@ -124,3 +124,56 @@ def test_vectorised_call_equals_elementwise_calls(bandwidth, p):
         one = bm.evaluate(**{**p, "bandwidth_GBps": gbps})
         for key in bm.RESULT_FIELDS:
             assert getattr(arr, key)[i] == pytest.approx(getattr(one, key), nan_ok=False)
+
+
+# --- N devices ---
+
+def _same(a, b) -> bool:
+    """Equal to the last bit (inf == inf; NaN never appears here)."""
+    return a == b or (math.isinf(a) and math.isinf(b) and a == b)
+
+
+@SETTINGS
+@given(inputs, st.integers(2, 64))
+def test_the_n_device_formula(p, n):
+    b = bm.evaluate(**p, n_devices=n)
+    H = p["Q"] * ((n - 1) * p["latency_ms"] + 2 * (n - 1) / n * p["volume_bytes"] / (p["bandwidth_GBps"] * 1e6))
+    assert b.comm_ms == pytest.approx(H, rel=1e-12, abs=1e-12)
+    assert b.t_two_ms == pytest.approx(p["S_ms"] + p["C_ms"] / (n * p["eta"]) + H, rel=1e-12, abs=1e-12)
+    assert b.efficiency == pytest.approx(b.speedup / n)
+    assert b.speedup <= n * (1 + 1e-12)
+    assert math.isinf(b.break_even_C_ms) == (p["eta"] <= 1 / n)
+
+
+@SETTINGS
+@given(inputs, st.integers(2, 16))
+def test_bf16_on_the_wire_is_half_the_bytes(p, n):
+    half = bm.evaluate(**{**p, "volume_bytes": p["volume_bytes"] / 2}, n_devices=n, wire_dtype="fp32")
+    bf16 = bm.evaluate(**p, n_devices=n, wire_dtype="bf16")
+    for key in bm.RESULT_FIELDS:
+        assert _same(getattr(bf16, key), getattr(half, key)), key
+    assert bm.evaluate(**p, n_devices=n, wire_dtype="float16").comm_ms == bf16.comm_ms
+
+
+@SETTINGS
+@given(inputs, st.integers(2, 16))
+def test_splitting_pays_exactly_above_the_n_device_break_even(p, n):
+    b = bm.evaluate(**p, n_devices=n)
+    be = b.break_even_C_ms
+    if (math.isinf(be) or _margin(p["C_ms"], be)) and _margin(b.t_one_ms, b.t_two_ms):
+        assert (b.t_two_ms < b.t_one_ms) == (p["C_ms"] > be)
+
+
+@SETTINGS
+@given(inputs, st.integers(2, 16), st.sampled_from(["fp32", "bf16"]))
+def test_single_functions_equal_the_budget_on_n_devices(p, n, wire):
+    b = bm.evaluate(**p, n_devices=n, wire_dtype=wire)
+    link = {k: p[k] for k in ("Q", "latency_ms", "volume_bytes", "bandwidth_GBps")}
+    nw = {"n_devices": n, "wire_dtype": wire}
+    assert bm.comm_ms(**link, **nw) == b.comm_ms
+    assert bm.t_two_ms(**p, **nw) == b.t_two_ms
+    assert bm.overlap_bound_ms(**p, **nw) == b.overlap_bound_ms
+    assert _same(bm.break_even_C_ms(p["eta"], **link, **nw), b.break_even_C_ms)
+    assert _same(bm.min_bandwidth_GBps(p["C_ms"], p["eta"], p["Q"], p["latency_ms"], p["volume_bytes"], **nw),
+                 b.min_bandwidth_GBps)
+    assert _same(bm.min_eta(p["C_ms"], **link, **nw), b.min_eta)

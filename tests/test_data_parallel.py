@@ -42,10 +42,10 @@ def test_bad_inputs_name_the_parameter():
 def test_bucket_count_follows_ddp_packing():
     mib = 2**20
     # reverse order: 1 MiB fills the first (1 MiB) bucket, then 25 MiB buckets
-    assert ddp_model.ddp_bucket_count([10 * mib] * 6 + [mib], 25) == 1 + 2
-    assert ddp_model.ddp_bucket_count([40 * mib] * 3, 25) == 3  # a tensor over the cap gets its own bucket
-    assert ddp_model.ddp_bucket_count([mib // 4] * 3, 25) == 1  # all fits in the first
-    assert ddp_model.ddp_bucket_count([mib // 4] * 8, 25) == 2  # 1 MiB, then the rest
+    assert len(ddp_model.ddp_bucket_sizes([10 * mib] * 6 + [mib], 25)) == 1 + 2
+    assert len(ddp_model.ddp_bucket_sizes([40 * mib] * 3, 25)) == 3  # a tensor over the cap gets its own bucket
+    assert len(ddp_model.ddp_bucket_sizes([mib // 4] * 3, 25)) == 1  # all fits in the first
+    assert len(ddp_model.ddp_bucket_sizes([mib // 4] * 8, 25)) == 2  # 1 MiB, then the rest
     width = ddp_model.mlp_for_gradient_bytes(64 * mib)
     assert ddp_model.mlp_bucket_count(width, 4, 1000) < ddp_model.mlp_bucket_count(width, 4, 1)
 
@@ -199,7 +199,7 @@ def test_rank_zero_sets_the_step_count():
 def test_widget_follows_its_sliders():
     import re
 
-    from labutils.show.widgets import ddp_scaling_dashboard
+    from labutils.show.ddp_dashboard import ddp_scaling_dashboard
 
     dash = ddp_scaling_dashboard(gradient_bytes=100e6, busbw_GBps=10.0, compute_ms=50.0, alpha_us=0.0, buckets=1)
     state = dash.state()

@@ -1,5 +1,5 @@
 """The doctor: bands at the links' current generation and width, each cause rule and its ranking,
-the shipped cases, lspci reading, the JSON contract, bad input (one line, exit 2, nothing started),
+the shipped cases, the JSON contract, bad input (one line, exit 2, nothing started),
 the live path with its readings faked, and the planted-fault exercise checker."""
 
 import json
@@ -12,16 +12,16 @@ import pytest
 from labutils import cli
 from labutils.core.inputs import LabInputError
 from labutils.core.results import save_result
+from labutils.doctor import cases, evidence, live, rules
 from labutils.doctor import doctor as dr
-from labutils.doctor import evidence, rules
 from labutils.readers import pcie
-from labutils.readers.links import pcie_figure
 from labutils.readers.topology import GpuFacts, expected_figure, load_sample, parse_topology, read_topology_file
+from tests.test_pcie import TWO_ROOTS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCTOR = ROOT / "data" / "doctor"
 SAMPLE_LOG = ROOT / "data" / "nccl_tests" / "sample_all_reduce_2x5090_sys.log"
-CASES = [c["name"] for c in dr.load_cases()]
+CASES = [c["name"] for c in cases.load_cases()]
 
 
 def facts(n, name="NVIDIA L40S", gen=4, width=16, nvlinks=0, p2p=None, **change):
@@ -57,26 +57,15 @@ def test_path_band_at_x16_is_the_topology_figure(code, gen):
     assert (mine.low_GBps, mine.high_GBps) == pytest.approx((theirs.low_GBps, theirs.high_GBps))
 
 
-def test_pcie_band_follows_generation_and_width():
-    assert pcie.pcie_band(4, 16).high_GBps == pcie_figure(4).high_GBps == 31.5
-    assert pcie.pcie_band(4, 8).high_GBps == pytest.approx(31.5 / 2)
-    assert pcie.pcie_band(3, 16).high_GBps == pytest.approx(pcie.pcie_band(4, 16).high_GBps / 2)
-    assert pcie.spec_GBps(1, 16) == pytest.approx(4.0) and pcie.spec_GBps(2, 16) == pytest.approx(8.0)
-    assert pcie.pcie_band(1, 16).high_GBps == pytest.approx(4.0)
-    assert pcie.pcie_band(1, 16).low_GBps < 4.0
-    assert pcie.pcie_band(6, 16).high_GBps > pcie.pcie_band(5, 16).high_GBps
+def test_path_band_scales_with_width():
     assert evidence.path_band("SYS", 4, 8).high_GBps == pytest.approx(evidence.path_band("SYS", 4, 16).high_GBps / 2)
-    with pytest.raises(LabInputError, match="pcie_gen"):
-        pcie.pcie_band(7, 16)
-    with pytest.raises(LabInputError, match="pcie_width"):
-        pcie.pcie_band(4, 3)
 
 
 # ---- the shipped cases --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", CASES)
 def test_every_shipped_case_finds_what_it_plants(name):
-    case = next(c for c in dr.load_cases() if c["name"] == name)
+    case = next(c for c in cases.load_cases() if c["name"] == name)
     d = dr.doctor_case(name)
     assert case["plants"] in d.cause_ids, dr.format_diagnosis(d)
     assert d.verdict == case["verdict"]
@@ -85,10 +74,10 @@ def test_every_shipped_case_finds_what_it_plants(name):
 
 
 def test_every_cause_is_planted_by_a_case_and_documented():
-    planted = {c["plants"] for c in dr.load_cases()}
+    planted = {c["plants"] for c in cases.load_cases()}
     assert planted == set(rules.CAUSE_IDS)
     readme = (DOCTOR / "README.md").read_text(encoding="utf-8")
-    for c in dr.load_cases():
+    for c in cases.load_cases():
         assert f"`{c['name']}`" in readme
         for key in ("facts", "lspci", "sweep"):
             if c.get(key):
@@ -107,7 +96,7 @@ def test_case_table_and_facts_table():
 
 def test_case_command_reproduces_the_case(capsys, monkeypatch):
     for name in ("p2p_disabled_by_env", "acs_enabled"):
-        command = dr.case_command(name).split()
+        command = cases.case_command(name).split()
         env = {k: v for k, v in (t.split("=", 1) for t in command if "=" in t and t.startswith("NCCL_"))}
         for k, v in env.items():
             monkeypatch.setenv(k, v)
@@ -188,51 +177,7 @@ def test_a_link_read_while_idle_is_not_called_downtrained():
 
 # ---- ACS, peer-to-peer, the environment, NVLink -------------------------------------------------------
 
-TWO_ROOTS = """\
-$ sudo lspci -vvv
-00:01.1 PCI bridge: Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge (prog-if 00 [Normal decode])
-\tBus: primary=00, secondary=01, subordinate=01, sec-latency=0
-\tCapabilities: [58] Express (v2) Root Port (Slot+), MSI 00
-\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM L1, Exit Latency L1 <64us
-\t\tLnkSta:\tSpeed 16GT/s (ok), Width x16 (ok)
-\t\tLnkCap2: Supported Link Speeds: 2.5-16GT/s, Crosslink- Retimer+ 2Retimers+ DRS-
-\tCapabilities: [2a0 v1] Access Control Services
-\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans+
-\t\tACSCtl:\tSrcValid- TransBlk- ReqRedir- CmpltRedir- UpstreamFwd- EgressCtrl- DirectTrans+
-
-01:00.0 3D controller: NVIDIA Corporation AD102GL [L40S] (rev a1)
-\tCapabilities: [78] Express (v2) Legacy Endpoint, MSI 00
-\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM not supported
-\t\tLnkSta:\tSpeed 8GT/s (downgraded), Width x8 (downgraded)
-
-00:03.1 PCI bridge: Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge (prog-if 00 [Normal decode])
-\tBus: primary=00, secondary=02, subordinate=02, sec-latency=0
-\tCapabilities: [58] Express (v2) Root Port (Slot+), MSI 00
-\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM L1, Exit Latency L1 <64us
-\t\tLnkSta:\tSpeed 16GT/s (ok), Width x16 (ok)
-\tCapabilities: [2a0 v1] Access Control Services
-\t\tACSCtl:\tSrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-
-
-02:00.0 3D controller: NVIDIA Corporation AD102GL [L40S] (rev a1)
-\tCapabilities: [78] Express (v2) Legacy Endpoint, MSI 00
-\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM not supported
-\t\tLnkSta:\tSpeed 16GT/s, Width x16, TrErr- Train- SlotClk+ DLActive- BWMgmt- ABWMgmt-
-02:00.1 Audio device: NVIDIA Corporation AD102 High Definition Audio Controller (rev a1)
-\tCapabilities: [78] Express (v2) Endpoint, MSI 00
-"""
 TWO_PHB = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-31\t0\nGPU1\tPHB\t X \t0-31\t0\n"
-
-
-def test_lspci_is_read_into_devices_links_acs_and_the_tree():
-    devices = pcie.parse_lspci(TWO_ROOTS)
-    gpus = pcie.nvidia_gpus(devices)
-    assert [g.address for g in gpus] == ["0000:01:00.0", "0000:02:00.0"]
-    assert (gpus[0].gen, gpus[0].link_width, gpus[0].cap_gen, gpus[0].link_cap_width) == (3, 8, 4, 16)
-    assert (gpus[1].gen, gpus[1].link_width) == (4, 16), "the older LnkSta layout without (ok) is read too"
-    first, second = pcie.bridges_above(devices, gpus[0]), pcie.bridges_above(devices, gpus[1])
-    assert [b.address for b in first] == ["0000:00:01.1"] and [b.address for b in second] == ["0000:00:03.1"]
-    assert first[0].acs_on == () and first[0].port_type == "Root Port", "DirectTrans+ alone is not ACS blocking"
-    assert second[0].acs_on == ("SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd")
 
 
 def test_acs_is_reported_only_above_the_group_and_from_the_acsctl_line():
@@ -415,7 +360,7 @@ def nothing_live(monkeypatch):
         raise AssertionError("a live reading was started")
 
     for name in ("live_facts", "live_lspci", "newest_sweep"):
-        monkeypatch.setattr(dr, name, refuse)
+        monkeypatch.setattr(live, name, refuse)
     monkeypatch.setattr("labutils.readers.topology.live_topology", refuse)
 
 
@@ -483,8 +428,8 @@ def test_bad_input_in_a_real_process():
 def test_live_mode_reads_this_machine(monkeypatch):
     topo = load_sample("two_gpu_phb")
     monkeypatch.setattr("labutils.readers.topology.live_topology", lambda: (topo, ""))
-    monkeypatch.setattr(dr, "live_facts", lambda: (facts(2, name="NVIDIA GeForce RTX 4090", p2p=False), ""))
-    monkeypatch.setattr(dr, "live_lspci", lambda: (pcie.parse_lspci(TWO_ROOTS), "lspci needs root"))
+    monkeypatch.setattr(live, "live_facts", lambda: (facts(2, name="NVIDIA GeForce RTX 4090", p2p=False), ""))
+    monkeypatch.setattr(live, "live_lspci", lambda: (pcie.parse_lspci(TWO_ROOTS), "lspci needs root"))
     monkeypatch.setenv("NCCL_P2P_LEVEL", "SYS")
     record = json.loads((DOCTOR / "sweep_small_2x5090.json").read_text())
     import pandas as pd
@@ -524,19 +469,19 @@ def test_live_readers_with_their_sources_faked(monkeypatch):
 
     denied = "01:00.0 3D controller: NVIDIA Corporation AD102GL [L40S] (rev a1)\n\tCapabilities: <access denied>\n"
     monkeypatch.setattr("labutils.readers.pcie.run_lspci", lambda: (denied, ""))
-    devices, why = evidence.live_lspci()
+    devices, why = live.live_lspci()
     assert devices[0].access_denied and devices[0].link_width is None and "sudo lspci -vvv" in why
     monkeypatch.setattr("labutils.readers.pcie.run_lspci", lambda: (None, "lspci is not installed"))
-    assert evidence.live_lspci() == (None, "lspci is not installed")
+    assert live.live_lspci() == (None, "lspci is not installed")
     two = [GpuFacts(i, "NVIDIA L40S", 4, 4, 16, 16, 0) for i in range(2)]
     monkeypatch.setattr("labutils.readers.topology.nvml_facts", lambda: (two, ""))
     p2p = pd.DataFrame([[True, False], [False, True]])
     monkeypatch.setattr("labutils.measure.copies.peer_access_matrix", lambda: p2p)
-    found, why = evidence.live_facts()
+    found, why = live.live_facts()
     assert found.gpus == tuple(two) and found.p2p == ((True, False), (False, True)) and why == ""
     monkeypatch.setattr("labutils.readers.topology.nvml_facts", lambda: ([], "NVML is not available"))
-    assert evidence.live_facts() == (None, "NVML is not available")
+    assert live.live_facts() == (None, "NVML is not available")
 
 
 def test_nccl_env_keeps_only_nccl_variables():
-    assert evidence.nccl_env({"NCCL_DEBUG": "INFO", "PATH": "/bin"}) == {"NCCL_DEBUG": "INFO"}
+    assert live.nccl_env({"NCCL_DEBUG": "INFO", "PATH": "/bin"}) == {"NCCL_DEBUG": "INFO"}

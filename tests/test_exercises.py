@@ -1,6 +1,7 @@
-"""Every grader of the lab, table-driven: the right answer, rounded right answers (two significant
-figures), the wrong answers a student plausibly gives (each rejected with its own hint), and bad
-values (answered with one sentence, never an exception)."""
+"""Every grader of the course (predictions, exercises_topology, exercises_busbw, exercises_ring,
+exercises_budget) on the judging of labutils.course.grading, table-driven: the right answer,
+rounded right answers (two significant figures), the wrong answers a student plausibly gives (each
+rejected with its own hint), and bad values (answered with one sentence, never an exception)."""
 
 import ast
 import math
@@ -10,7 +11,27 @@ from pathlib import Path
 import pytest
 
 from labutils.core.results import DATA_DIR
-from labutils.course import exercises as ex
+from labutils.course import exercises_budget, exercises_busbw, exercises_ring, exercises_topology, predictions
+from labutils.course.exercises_budget import (
+    check_break_even,
+    check_critical_hidden,
+    check_hidden_gradient,
+    check_min_bandwidth,
+    check_min_busbw,
+    check_t2_prediction,
+    check_toy_contribution,
+)
+from labutils.course.exercises_busbw import check_busbw
+from labutils.course.exercises_ring import (
+    check_allreduce_prediction,
+    check_ratio_prediction,
+    check_ring_bytes,
+    check_ring_latency_ranks,
+    check_ring_steps,
+)
+from labutils.course.exercises_topology import check_pair_choice, check_planted_fault
+from labutils.course.grading import is_close, read_number
+from labutils.course.predictions import check_prediction
 from labutils.doctor.evidence import read_facts
 from labutils.experiments.validation import BudgetInputs
 from labutils.model import hardware_ratio as hr
@@ -24,57 +45,57 @@ HIDDEN = 989e12 / 25e9  # R/B of an H100 over 200 Gb/s = 25 GB/s, FLOP per byte
 H_STAR = hr.critical_hidden(989.0, 25.0, 0.8, 2, 1, "bf16")
 
 CASES = {
-    "busbw_all_reduce_N4": (ex.check_busbw, dict(op="all_reduce", size_bytes=1e9, time_us=1e6, world_size=4),
+    "busbw_all_reduce_N4": (check_busbw, dict(op="all_reduce", size_bytes=1e9, time_us=1e6, world_size=4),
                             1.5, ["1.5", 1.52], [(1.0, "algbw"), (1 / 1.5, "divided by the factor"),
                                                  (12.0, "Gb/s"), (1.5 * 0.9313, "GiB/s"), (0.0015, "microseconds"),
                                                  (1.5 * 0.95367, "MiB")]),
-    "busbw_row_N2": (ex.check_busbw, dict(op="all_reduce", size_bytes=2**26, time_us=25_000, world_size=2),
+    "busbw_row_N2": (check_busbw, dict(op="all_reduce", size_bytes=2**26, time_us=25_000, world_size=2),
                      2**26 / 25e3 / 1e3, [2.7, "2.7"], [(2**26 / 25e3 / 1e3 * 8, "Gb/s"),
                                                         (2**26 / 25e3 / 1e3 * 0.93132, "GiB/s"),
                                                         (2**26 / 25e3 / 1e6, "microseconds"),
                                                         (2**26 / 25e3, "MB/s")]),
-    "busbw_all_gather_N4": (ex.check_busbw, dict(op="all_gather", size_bytes=1e9, time_us=1e6, world_size=4),
+    "busbw_all_gather_N4": (check_busbw, dict(op="all_gather", size_bytes=1e9, time_us=1e6, world_size=4),
                             0.75, [0.75, "0.75"], [(1.0, "algbw"), (1.5, "all_reduce's factor"),
                                                    (1 / 0.75, "divided by the factor"), (6.0, "Gb/s")]),
-    "allreduce_prediction": (ex.check_allreduce_prediction, dict(size_bytes=1e9, world_size=4, busbw_GBps=22.0),
+    "allreduce_prediction": (check_allreduce_prediction, dict(size_bytes=1e9, world_size=4, busbw_GBps=22.0),
                              1.5e9 / 22e6, [68, "68", 68.2], [(1e9 / 22e6, "ring factor"), (0.75e9 / 22e6, "one phase"),
                                                              (2e9 / 22e6, "limit 2"), (1.5e12 / 22e6, "microseconds"),
                                                              (1.5e6 / 22e6, "seconds"), (12e9 / 22e6, "gigabits"),
                                                              (1.5e9 / 22e6 * 1.0737, "GiB")]),
-    "ring_latency_ranks": (ex.check_ring_latency_ranks, dict(alpha_step_us=5.0, limit_us=100.0), 12, [12.0, "12"],
+    "ring_latency_ranks": (check_ring_latency_ranks, dict(alpha_step_us=5.0, limit_us=100.0), 12, [12.0, "12"],
                            [(11, "exactly 100"), (16, "power of two"), (8, "not yet above"), (22, "one phase"),
                             (21, "N steps")]),
-    "ring_bytes": (ex.check_ring_bytes, dict(size_bytes=1e8, world_size=8), 1.75e8, [1.8e8, "1.75e8"],
+    "ring_bytes": (check_ring_bytes, dict(size_bytes=1e8, world_size=8), 1.75e8, [1.8e8, "1.75e8"],
                    [(0.875e8, "one phase"), (1.25e7, "one chunk"), (2e8, "limit"), (7e8, "naive"),
                     (175, "megabytes"), (1e8, "buffer once")]),
-    "ring_steps": (ex.check_ring_steps, dict(world_size=8), 14, [14.0, "14"],
+    "ring_steps": (check_ring_steps, dict(world_size=8), 14, [14.0, "14"],
                    [(7, "one phase"), (6, "tree"), (8, "one step per rank"), (16, "N steps per phase")]),
-    "break_even": (ex.check_break_even, dict(eta=0.8, Q=1, latency_ms=0.03, volume_bytes=8_000_000,
+    "break_even": (check_break_even, dict(eta=0.8, Q=1, latency_ms=0.03, volume_bytes=8_000_000,
                                             bandwidth_GBps=10.0),
                    0.83 / 0.375, [2.2, "2.2", 2.21], [(0.83, "that is H"), (0.83 * 0.375, "multiplied H"),
                                                      (0.8 / 0.375, "startup"), (0.03 / 0.375, "transfer V/B"),
                                                      (2.45333, "base case"), (0.83 * 1.6, "still computes"),
                                                      (830 / 0.375, "microseconds"), (800.03 / 0.375, "1000 times"),
                                                      (6.43 / 0.375, "gigabits")]),
-    "min_bandwidth": (ex.check_min_bandwidth, dict(C_ms=4.0, eta=0.8, Q=4, latency_ms=0.03, volume_bytes=2_000_000),
+    "min_bandwidth": (check_min_bandwidth, dict(C_ms=4.0, eta=0.8, Q=4, latency_ms=0.03, volume_bytes=2_000_000),
                       2e6 / 0.345e6, [5.8, "5.8"], [(2e6 / 0.375e6, "startup"), (2e6 / 1.47e6, "share the saving"),
                                                     (2e6 / 0.345e6 * 8, "Gb/s"), (2e6 / 0.345e6 * 0.93132, "GiB/s"),
                                                     (2e6 / 0.345e3, "MB/s"), (2e6 / 0.595e6, "still computes")]),
-    "critical_hidden": (ex.check_critical_hidden, dict(compute_TFLOPs=989.0, bandwidth_GBps=25.0, eta=0.8, N=2, Q=1,
+    "critical_hidden": (check_critical_hidden, dict(compute_TFLOPs=989.0, bandwidth_GBps=25.0, eta=0.8, N=2, Q=1,
                                                       wire_dtype="bf16"),
                         H_STAR, [float(f"{H_STAR:.2g}"), f"{H_STAR:.3g}"],
                         [(H_STAR * 16 / 2, "that is I*"), (HIDDEN * 2 / 16, "R/B alone"),
                          (H_STAR * 2, "wire dtype"), (H_STAR / 8, "Gb/s")]),
-    "t2_prediction": (ex.check_t2_prediction, dict(inputs=T2), T2_RIGHT, [5.3, "5.31", 5.311],
+    "t2_prediction": (check_t2_prediction, dict(inputs=T2), T2_RIGHT, [5.3, "5.31", 5.311],
                       [(T2_RIGHT - 0.058, "bandwidth term V/B is missing"), (5.25, "bandwidth term V/B is missing"),
                        (0.233 + 4.0 + 0.078, "2 eta"), (T2_RIGHT - 0.02, "latency is missing"),
                        (T2_RIGHT - 0.233, "S is missing"), (T2_RIGHT + 0.058 * 999, "1000 times"),
                        (T2_RIGHT + 0.058 * 7, "gigabits"), (5.2, "communication is missing"), (8.233, "that is T1")]),
-    "hidden_gradient": (ex.check_hidden_gradient, dict(backward_ms=40.0, busbw_GBps=1.0, world_size=8, compute_ms=60.0),
+    "hidden_gradient": (check_hidden_gradient, dict(backward_ms=40.0, busbw_GBps=1.0, world_size=8, compute_ms=60.0),
                         40e6 / 1.75, [2.3e7, "22857143"], [(40e6, "whole buffer"), (40e6 / 1.75**2, "multiplied by"),
                                                            (60e6 / 1.75, "backward time"), (22.857, "megabytes"),
                                                            (40e6 / 1.75 / 2**20, "MiB"), (5e6 / 1.75, "gigabits")]),
-    "min_busbw": (ex.check_min_busbw, dict(gradient_bytes=64e6, compute_ms=60.0, world_size=4, efficiency=0.9),
+    "min_busbw": (check_min_busbw, dict(gradient_bytes=64e6, compute_ms=60.0, world_size=4, efficiency=0.9),
                   1.5 * 64e6 / (60 / 9 * 1e6), [14, "14.4"], [(1.5 * 64 / 6, "c (1/0.9 - 1)"), (9.6, "ring factor"),
                                                               (14.4 * 8, "Gb/s"), (14.4 * 0.93132, "GiB/s"),
                                                               (3.0, "too slow"), (40.0, "smallest")]),
@@ -130,9 +151,9 @@ def test_the_old_fixed_one_percent_let_a_dropped_term_pass():
     """The issue's case: V/B is 1 % of T2, so within 1 % the slip passed; now it is named."""
     slip = T2_RIGHT - 0.058
     assert abs(slip - T2_RIGHT) / T2_RIGHT < 0.012
-    assert "V/B is missing" in ex.check_t2_prediction(slip * 1.002, T2)
-    assert ex.check_t2_prediction(T2_RIGHT * 0.9995, T2).startswith("Right")
-    rounded = ex.check_t2_prediction(5.3, T2)  # two figures cannot tell 5.311 from 5.291 (no latency)
+    assert "V/B is missing" in check_t2_prediction(slip * 1.002, T2)
+    assert check_t2_prediction(T2_RIGHT * 0.9995, T2).startswith("Right")
+    rounded = check_t2_prediction(5.3, T2)  # two figures cannot tell 5.311 from 5.291 (no latency)
     assert rounded.startswith("Right") and "latency is missing" in rounded
 
 
@@ -142,27 +163,27 @@ def test_the_old_fixed_one_percent_let_a_dropped_term_pass():
                                                (0.0612, 0.061, True), (0.0612, 0.06, False), (5.311, 5.3, True),
                                                (9.96, 9.9, True), (9.96, 9.0, False), (1e8, 1.0e8, True)])
 def test_two_significant_figures_count(value, answer, ok):
-    assert ex.is_close(answer, value) is ok
+    assert is_close(answer, value) is ok
 
 
 @pytest.mark.parametrize("answer, words", [(None, "Replace None"), ("abc", "not 'abc'"), (math.nan, "NaN"),
                                            (math.inf, "finite"), (-1, "positive"), (True, "yes/no"),
                                            ([1], "one number")])
 def test_read_number_says_what_to_give(answer, words):
-    value, hint = ex.read_number(answer, "GB/s")
+    value, hint = read_number(answer, "GB/s")
     assert value is None and words in hint and "GB/s" in hint
 
 
 def test_read_number_reads_strings_and_allows_never_when_asked():
-    assert ex.read_number(" 26 ", "GB/s") == (26.0, "")
-    assert ex.read_number(math.inf, "ms", allow_inf=True) == (math.inf, "")
+    assert read_number(" 26 ", "GB/s") == (26.0, "")
+    assert read_number(math.inf, "ms", allow_inf=True) == (math.inf, "")
 
 
 def test_never_is_right_only_when_nothing_pays():
-    assert ex.check_break_even(math.inf, eta=0.5).startswith("Right")
-    assert "never" in ex.check_break_even(5.0, eta=0.5)
-    assert ex.check_critical_hidden(math.inf, eta=0.5).startswith("Right")
-    assert "finite answer exists" in ex.check_break_even(math.inf)
+    assert check_break_even(math.inf, eta=0.5).startswith("Right")
+    assert "never" in check_break_even(5.0, eta=0.5)
+    assert check_critical_hidden(math.inf, eta=0.5).startswith("Right")
+    assert "finite answer exists" in check_break_even(math.inf)
 
 
 # --- notebook 01: the pair and its busbw -------------------------------------------------------
@@ -179,22 +200,22 @@ def test_never_is_right_only_when_nothing_pays():
     ("eight_gpu_pcie_switches", (0, 1), 100, "cannot beat the wire"),
     ("eight_gpu_pcie_switches", (0, 1), 2, "pessimistic")])
 def test_pair_choice_busbw(sample, pair, busbw, words):
-    reply = ex.check_pair_choice(sample, pair, busbw)
+    reply = check_pair_choice(sample, pair, busbw)
     assert reply.startswith("Good pair") and words in reply, reply
 
 
 def test_pair_choice_pair():
-    wrong = ex.check_pair_choice("eight_gpu_pcie_switches", (0, 4))
+    wrong = check_pair_choice("eight_gpu_pcie_switches", (0, 4))
     assert wrong.startswith("Not yet") and "SYS" in wrong and "GPU0-GPU1" not in wrong
-    assert "estimate" in ex.check_pair_choice("eight_gpu_pcie_switches", (5, 4))
+    assert "estimate" in check_pair_choice("eight_gpu_pcie_switches", (5, 4))
     for bad in [(0, 0), (0, 5), None, "01", 3, (math.nan, 1)]:
-        assert ex.check_pair_choice("two_gpu_sys", bad).startswith("Not yet")
-    assert "no sample topology" in ex.check_pair_choice("nowhere", (0, 1))
+        assert check_pair_choice("two_gpu_sys", bad).startswith("Not yet")
+    assert "no sample topology" in check_pair_choice("nowhere", (0, 1))
 
 
 @pytest.mark.parametrize("bad", BAD, ids=repr)
 def test_pair_choice_bad_busbw_gets_a_sentence(bad):
-    reply = ex.check_pair_choice("two_gpu_sys", (0, 1), bad)
+    reply = check_pair_choice("two_gpu_sys", (0, 1), bad)
     if bad is None:
         assert "estimate" in reply
     else:
@@ -211,34 +232,34 @@ def _planted():
 
 def test_planted_fault_right():
     sick, band = _planted()
-    assert "is right" in ex.check_planted_fault(sick.index, band.high_GBps)
-    assert "is right" in ex.check_planted_fault(f"GPU{sick.index}", str(band.high_GBps))
-    assert "is right" in ex.check_planted_fault(sick.index, float(f"{band.high_GBps:.2g}"))
-    assert "Now the ceiling" in ex.check_planted_fault(sick.index)
+    assert "is right" in check_planted_fault(sick.index, band.high_GBps)
+    assert "is right" in check_planted_fault(f"GPU{sick.index}", str(band.high_GBps))
+    assert "is right" in check_planted_fault(sick.index, float(f"{band.high_GBps:.2g}"))
+    assert "Now the ceiling" in check_planted_fault(sick.index)
 
 
 def test_planted_fault_slips():
     sick, band = _planted()
     other = (sick.index + 1) % 8
-    assert ex.check_planted_fault(other).startswith("Not yet") and f"GPU{other}" in ex.check_planted_fault(other)
+    assert check_planted_fault(other).startswith("Not yet") and f"GPU{other}" in check_planted_fault(other)
     for ceiling, words in [(pcie.pcie_band(sick.pcie_gen_max).high_GBps, "gen 4"),
                            (band.low_GBps, "low (typical) end"), (band.high_GBps * 8, "Gb/s"),
                            (band.high_GBps * 0.93132, "GiB/s"), (3.3, "scale it by the width")]:
-        reply = ex.check_planted_fault(sick.index, ceiling)
+        reply = check_planted_fault(sick.index, ceiling)
         assert reply.startswith("Right GPU") and "not yet right" in reply and words in reply, reply
-    assert "no GPU9" in ex.check_planted_fault(9)
+    assert "no GPU9" in check_planted_fault(9)
 
 
 @pytest.mark.parametrize("gpu", [None, "fast", math.nan, 2.5, True, "planted"], ids=repr)
 def test_planted_fault_nonsense_gpu(gpu):
-    text = ex.check_planted_fault(gpu, 15.75)
+    text = check_planted_fault(gpu, 15.75)
     assert text.startswith("Give the GPU's index as a whole number") and text.endswith(".")
 
 
 @pytest.mark.parametrize("ceiling", [math.nan, "fast", [1], -1, math.inf], ids=repr)
 def test_planted_fault_nonsense_ceiling(ceiling):
     sick, _ = _planted()
-    reply = ex.check_planted_fault(sick.index, ceiling)
+    reply = check_planted_fault(sick.index, ceiling)
     assert "The ceiling:" in reply and "GB/s" in reply, reply
 
 
@@ -249,12 +270,12 @@ def test_planted_fault_nonsense_ceiling(ceiling):
                                            ([3, 14], "counted from 1"), ([6, 24], "wrong split"),
                                            ([0, 0], "Step by step")])
 def test_toy_contribution(answer, words):
-    assert words in ex.check_toy_contribution(answer)
+    assert words in check_toy_contribution(answer)
 
 
 @pytest.mark.parametrize("bad", [None, "abc", "4, 12", [1, 2, 3], [math.nan, 1], 5, {"a": 1}, True], ids=repr)
 def test_toy_contribution_bad_values(bad):
-    reply = ex.check_toy_contribution(bad)
+    reply = check_toy_contribution(bad)
     assert isinstance(reply, str) and not reply.startswith(("Right", "Not yet")), reply
 
 
@@ -264,33 +285,46 @@ def test_toy_contribution_bad_values(bad):
                                               (-1, "positive"), (math.inf, "finite"), (2.2, "Close"), ("2.2", "Close"),
                                               (20.0, "too high"), (0.2, "too low"), (16.0, "Gb/s")])
 def test_prediction_says_how_far_off(predicted, words):
-    assert words in ex.check_prediction(predicted, 2.0, "GB/s", "the peak busbw"), words
+    assert words in check_prediction(predicted, 2.0, "GB/s", "the peak busbw"), words
 
 
 def test_prediction_without_a_measurement_and_the_ring_ratio():
-    assert "no valid measurement" in ex.check_prediction(1.0, math.nan, "x", "the speedup")
-    assert "no valid measurement" in ex.check_ratio_prediction(1.0, None)
-    assert "Close" in ex.check_ratio_prediction(1.6, 1.5)
-    assert "too high" in ex.check_ratio_prediction(16.0, 1.5) and "Python call" in ex.check_ratio_prediction(16, 1.5)
-    assert "1000" in ex.check_prediction(2000.0, 2.0, "ms", "the step time")
+    assert "no valid measurement" in check_prediction(1.0, math.nan, "x", "the speedup")
+    assert "no valid measurement" in check_ratio_prediction(1.0, None)
+    assert "Close" in check_ratio_prediction(1.6, 1.5)
+    assert "too high" in check_ratio_prediction(16.0, 1.5) and "Python call" in check_ratio_prediction(16, 1.5)
+    assert "1000" in check_prediction(2000.0, 2.0, "ms", "the step time")
 
 
 # --- one home --------------------------------------------------------------------------------------
 
-def test_every_grader_lives_in_exercises():
-    """No module of labutils but exercises.py and its parts (exercises_*.py) defines a grader: by name
-    (GRADERS), or by shape (check_* whose first parameter is a student's answer, guess or prediction)."""
-    package = Path(ex.__file__).parent
+# Every grader of the course, by the module of the part it grades.
+GRADERS = {
+    predictions: ("check_prediction",),
+    exercises_topology: ("check_pair_choice", "check_planted_fault"),
+    exercises_busbw: ("check_busbw",),
+    exercises_ring: ("check_ratio_prediction", "check_ring_bytes", "check_ring_steps", "check_allreduce_prediction",
+                     "check_ring_latency_ranks"),
+    exercises_budget: ("check_toy_contribution", "check_break_even", "check_min_bandwidth", "check_critical_hidden",
+                       "check_t2_prediction", "check_hidden_gradient", "check_min_busbw"),
+}
+GRADER_FILES = {Path(m.__file__).name for m in GRADERS}
+
+
+def test_every_grader_lives_with_its_part_of_the_course():
+    """No module of labutils but the grader modules (GRADERS) defines a grader: by name, or by shape
+    (check_* whose first parameter is a student's answer, guess or prediction)."""
+    names = {n for found in GRADERS.values() for n in found}
     shape = re.compile(r"answer|guess|predict")
-    for path in package.glob("*.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
+    for path in Path(predictions.__file__).parent.parent.rglob("*.py"):
+        if path.name in GRADER_FILES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
-            if path.name.startswith("exercises"):
-                continue
-            assert node.name not in ex.GRADERS, f"{path.name} defines the grader {node.name}"
+            assert node.name not in names, f"{path.name} defines the grader {node.name}"
             first = node.args.args[0].arg if node.args.args else ""
             assert not (node.name.startswith("check_") and shape.search(first)), f"{path.name}: {node.name}"
-    for name in ex.GRADERS:
-        assert callable(getattr(ex, name))
+    for module, found in GRADERS.items():
+        for name in found:
+            assert callable(getattr(module, name)), f"{module.__name__}.{name}"

@@ -120,6 +120,22 @@ def test_predictions_and_latency_terms():
         latency_term_us(4, 1.0, "butterfly")
     with pytest.raises(LabInputError, match="world_size"):
         allreduce_ms(1e6, 0, fit.busbw_GBps, fit.alpha_us) * 1e3
+    assert allreduce_ms(0, 2, 0.0) == 0.0  # nothing to send: 0 ms, not NaN
+    assert allreduce_ms(1e6, 2, 10.0, alpha_us=50.0, buckets=4) == pytest.approx(4 * 0.05 + 0.1)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: allreduce_ms(1e6, 2, -1.0), "busbw_GBps"),
+    (lambda: allreduce_ms(1e6, 2, 10.0, alpha_us=-5), "alpha_us"),
+    (lambda: allreduce_ms(1e6, 2, 10.0, buckets=0), "buckets"),
+    (lambda: allreduce_ms(1e6, 2, 10.0, buckets=1.5), "buckets"),
+    (lambda: allreduce_ms(None, 2, 10.0), "size_bytes"),
+    (lambda: allreduce_ms(np.ones(3), np.array([2, 4]), 10.0), "broadcast"),
+    (lambda: latency_term_us(4, math.nan), "alpha_step_us"),
+])
+def test_bad_values_are_refused_naming_them(call, name):
+    with pytest.raises(LabInputError, match=name):
+        call()
 
 
 def test_save_and_load_the_link_contract():

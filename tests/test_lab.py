@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_helpers import free_port
+from browser_helpers import free_port, stop_lab
 
 from labutils.cli import main
 from labutils.course import lab
@@ -163,7 +163,7 @@ def test_make_lab_serves_on_localhost_with_its_token_and_leaves_nothing(tmp_path
         assert info.lab_url() in text
         assert f"ssh -N -L 8888:127.0.0.1:{port} {lab.user_name()}@HOST" in text
     finally:
-        lab.stop_lab(cli)
+        stop_lab(cli)
     assert cli.poll() is not None
     left = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, f"still running: {[p.cmdline() for p in left]}"

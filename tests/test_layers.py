@@ -135,7 +135,7 @@ def test_a_notebook_loads_only_what_it_uses(path):
 
 
 def test_grading_a_planted_fault_leaves_the_live_readers_unloaded():
-    code = ("import sys\nfrom labutils.course.exercises import check_planted_fault\n"
+    code = ("import sys\nfrom labutils.course.exercises_topology import check_planted_fault\n"
             "print(sorted(m for m in sys.modules if m.startswith('labutils.')))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -105,7 +105,7 @@ def test_one_gpu_is_shared_by_gloo_and_refused_by_nccl():
 BACKEND_BRANCHES = {("launch", "resolve_backend"), ("launch", "rank_plan"), ("launch", "barrier_kwargs"),
                     ("machine", "route"), ("machine", "label"), ("machine", "check_backend_guess"),
                     ("fit", "fit_alpha_beta"),  # an nccl-tests log without a device column is on CUDA
-                    ("doctor_rules", "measurement_causes"),  # a measurement taken with gloo is a cause of low busbw
+                    ("rules", "measurement_causes"),  # a measurement taken with gloo is a cause of low busbw
                     ("placement", "affinity_worker")}  # finds gloo's threads by name, chooses nothing
 
 
@@ -133,7 +133,7 @@ def test_worker_code_never_branches_on_the_backend():
     the words that describe a route) compare backend names."""
     import labutils
 
-    found = {hit for path in Path(labutils.__file__).parent.glob("*.py") for hit in _backend_comparisons(path)}
+    found = {hit for path in Path(labutils.__file__).parent.rglob("*.py") for hit in _backend_comparisons(path)}
     assert found - BACKEND_BRANCHES == set()
     assert ("launch", "rank_plan") in found  # the scan does see comparisons
 

@@ -8,7 +8,7 @@ import pytest
 
 from labutils.core.results import save_result
 from labutils.model import budget as bm
-from labutils.show.widgets import budget_dashboard, budget_presets
+from labutils.show.budget_dashboard import budget_dashboard, budget_presets
 
 pytest.importorskip("ipywidgets")
 
@@ -151,7 +151,7 @@ def test_N_and_wire_dtype_toggles_follow_the_n_device_model():
     assert 'data-n="2"' in dash.readout.value and 'data-wire-dtype="fp32"' in dash.readout.value
     before = dash.png()
     dash.controls["N"].value = 4
-    expected = bm.evaluate_n(**dash.values(), N=4)
+    expected = bm.evaluate(**dash.values(), n_devices=4)
     shown = readout_numbers(dash.readout.value)
     for key in bm.RESULT_FIELDS:
         assert shown[key] == pytest.approx(getattr(expected, key)) or math.isinf(getattr(expected, key)), key
@@ -160,12 +160,12 @@ def test_N_and_wire_dtype_toggles_follow_the_n_device_model():
     t2 = dash.figure.axes[0].get_lines()[1]
     assert "4 devices" in t2.get_label()
     assert [t.get_text() for t in dash.figure.axes[0].get_legend().get_texts()][1].startswith("4 devices")
-    curve = bm.evaluate_n(**{**dash.values(), "C_ms": t2.get_xdata()}, N=4)
+    curve = bm.evaluate(**{**dash.values(), "C_ms": t2.get_xdata()}, n_devices=4)
     assert list(t2.get_ydata()) == pytest.approx(list(curve.t_two_ms))
     assert dash.png() != before
     dash.controls["wire_dtype"].value = "bf16"
     assert readout_numbers(dash.readout.value)["comm_ms"] == pytest.approx(
-        bm.evaluate_n(**dash.values(), N=4, wire_dtype="bf16").comm_ms)
+        bm.evaluate(**dash.values(), n_devices=4, wire_dtype="bf16").comm_ms)
     assert 'data-wire-dtype="bf16"' in dash.readout.value
     dash.controls["N"].value = 2
     dash.controls["wire_dtype"].value = "fp32"
@@ -178,6 +178,6 @@ def test_presets_leave_N_and_the_wire_dtype_alone():
     dash.preset.value = 1
     assert dash.settings() == {"N": 8, "wire_dtype": "bf16"}
     assert readout_numbers(dash.readout.value)["t_two_ms"] == pytest.approx(
-        bm.evaluate_n(**dash.values(), N=8, wire_dtype="bf16").t_two_ms)
+        bm.evaluate(**dash.values(), n_devices=8, wire_dtype="bf16").t_two_ms)
     with pytest.raises(bm.LabInputError, match="N="):
         budget_dashboard(N=3)

@@ -1,14 +1,10 @@
-"""The time budget on the command line (`interconnect-lab budget`) and the article's worked cases
-(data/budget_cases.json, notebook 06): the files and printing around the pure labutils.model.budget.
+"""The time budget on the command line: `python -m labutils budget` prints the figures of
+labutils.model.budget for the article's base case or the inputs given, as a table or JSON.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
-
-import pandas as pd
 
 from labutils.core.inputs import LabInputError
 from labutils.core.results import to_json
@@ -20,51 +16,10 @@ from labutils.model.budget import (
     Budget,
     check_devices,
     check_scalar,
-    comm_ms,
     evaluate,
-    evaluate_n,
-    saved_fraction,
-    t_two_ms,
-    transfer_window_ms,
     verdict,
     wire_dtype_name,
 )
-
-CASES_FILE = Path(__file__).resolve().parents[2] / "data" / "budget_cases.json"
-
-
-def load_cases(path: str | Path = CASES_FILE) -> list[dict]:
-    """The worked cases of data/budget_cases.json: name, changes, inputs (all seven), printed figures."""
-    doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    return [{**case, "inputs": {**doc["base_case"], **case.get("changes", {})}} for case in doc["cases"]]
-
-
-def case_figures(**inputs) -> dict:
-    """Every figure the article prints for one case: the Budget fields plus the intermediate steps
-    (one transfer's V/B, the split compute C/(2η), the saved share 1 − 1/(2η), and D in seconds)."""
-    figures = evaluate(**inputs).as_dict()
-    figures.pop("notes")
-    figures["transfer_ms"] = comm_ms(1, 0.0, inputs["volume_bytes"], inputs["bandwidth_GBps"])
-    figures["parallel_compute_ms"] = t_two_ms(0.0, inputs["C_ms"], inputs["eta"], 0, 0.0, 0, 1.0)
-    figures["saved_fraction"] = saved_fraction(inputs["eta"])
-    figures["D_s"] = transfer_window_ms(inputs["C_ms"], inputs["eta"], inputs["Q"], inputs["latency_ms"]) / 1e3
-    return figures
-
-
-def cases_table(path: str | Path = CASES_FILE):
-    """The worked cases as a pandas DataFrame: what changed, T1, H, T2, speedup, break-even."""
-
-
-    rows = []
-    for case in load_cases(path):
-        b = evaluate(**case["inputs"])
-        rows.append({"case": case["name"],
-                     "change": ", ".join(f"{k}={v:g}" for k, v in case.get("changes", {}).items()) or "-",
-                     "T1 (ms)": b.t_one_ms, "H (ms)": b.comm_ms, "T2 (ms)": b.t_two_ms,
-                     "speedup": b.speedup, "break-even C (ms)": b.break_even_C_ms,
-                     "article prints": ", ".join(f"{k} {v}" for k, v in case["printed"].items())})
-    return pd.DataFrame(rows).set_index("case")
-
 
 _FLAGS = {"S_ms": "--S-ms", "C_ms": "--C-ms", "eta": "--eta", "Q": "--Q", "latency_ms": "--latency-ms",
           "volume_bytes": "--volume-bytes", "bandwidth_GBps": "--bandwidth-GBps"}
@@ -98,9 +53,10 @@ def _labels(N: int) -> dict:
             "efficiency": (f"{N}-device efficiency", "")}
 
 
-def format_budget_table(params: dict, budget: Budget, N: int = 2, wire_dtype: str = "fp32") -> str:
+def format_budget_table(params: dict, budget: Budget, wire_dtype: str = "fp32") -> str:
     """The readable report printed by `python -m labutils budget` (N devices and the wire dtype when not 2 / fp32)."""
     check_scalar(budget, "format_budget_table")
+    N = budget.n_devices
     shown = ", ".join(f"{name}={params[name]:.10g}" for name in PARAMETERS)
     wire = wire_dtype_name(wire_dtype)
     if N == 2 and wire == "fp32":
@@ -115,7 +71,7 @@ def format_budget_table(params: dict, budget: Budget, N: int = 2, wire_dtype: st
         value = getattr(budget, name)
         text = "never" if math.isinf(value) else f"{value:.6g} {unit}"
         lines.append(f"  {label:<24} {text}".rstrip())
-    lines += ["", verdict(budget, N)]
+    lines += ["", verdict(budget)]
     lines += [f"note ({k}): {v}" for k, v in budget.notes.items()]
     return "\n".join(lines)
 
@@ -134,7 +90,6 @@ def _devices_arg(text) -> int:
 
 
 def _cli(args) -> int:
-
     params = {name: _number(name, getattr(args, name)) if getattr(args, name) is not None else BASE_CASE[name]
               for name in PARAMETERS}
     N = _devices_arg(args.N)
@@ -144,11 +99,11 @@ def _cli(args) -> int:
     except LabInputError as exc:
         raise LabInputError(f"{exc} (--wire-dtype)") from None
     try:
-        budget = evaluate_n(**params, N=N, wire_dtype=wire)
+        budget = evaluate(**params, n_devices=N, wire_dtype=wire)
     except LabInputError as exc:
         name = str(exc).split("=", 1)[0]
         raise LabInputError(f"{exc} ({_FLAGS[name]})" if name in _FLAGS else str(exc)) from None
-    print(to_json(budget.as_dict()) if args.json else format_budget_table(params, budget, N, wire))
+    print(to_json(budget.as_dict()) if args.json else format_budget_table(params, budget, wire))
     return 0
 
 

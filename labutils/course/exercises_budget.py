@@ -1,5 +1,5 @@
 """Graders of notebooks 05-08 (tensor parallel, the time budget, validating it, data-parallel
-training); imported through labutils.course.exercises.
+training).
 """
 
 from __future__ import annotations

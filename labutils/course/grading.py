@@ -1,8 +1,32 @@
-"""How every grader of labutils.course.exercises reads and judges a student's answer (no grader here).
+"""How every grader of the course reads and judges a student's answer (no grader here).
+
+A grader takes the student's answer (whatever was typed: a number, a string of a number, None,
+NaN, a list...) and returns one reply; it never raises. The reply starts with "Right" when the
+answer is right, "Not yet" when it is not, or is one sentence asking for a usable answer.
+
+How an answer is judged (`grade`):
+
+- **read** (`read_number`): None, text that is not a number, NaN, inf (unless "never" is a
+  possible answer), True/False, a list, a negative number where none makes sense: one sentence
+  saying what to give instead. A string holding a number ("26") is read as that number.
+- **close** (`window`, `rounds_to`): the right value rounded to two or three significant figures
+  is right (2.2133 ms written "2.2", 1.820 GB/s written "1.8"), and the reply gives the precise
+  value (and names a slip that would round the same, if any). Otherwise an answer counts as a
+  value when it is within 1 % of it or within half a unit of its second significant figure.
+- **slips**: each grader lists the values the likely slips give (the ring factor 2(N-1)/N; a
+  dropped term; algbw for busbw; 1024 for 1000...). The answer is matched to the *nearest* of
+  the right value and the slips among those it is close to, so the tolerance is set by the
+  slips: an answer that left a small term out is nearer the slip than the right value and gets
+  that slip's hint, however small the term (`check_t2_prediction`'s V/B, 1 % of T2). The slips
+  of the answer's unit (`unit_slips`: GB/s vs Gb/s x8, GiB/s vs GB/s x1.0737, MB vs MiB, ms vs
+  us x1000) are candidates too, but never overrule an answer close to the right value.
+- otherwise "Not yet", how far off (the factor) and how to compute it.
 
 `read_number` / `read_whole` read what was typed; `window`, `is_close`, `rounds_to` and `nearest`
 judge closeness; `unit_slips` lists the slips a unit invites; `grade` puts them together into one
-reply. The rules are described in labutils.course.exercises, where the graders are.
+reply. The graders sit with the part of the course they grade: `predictions` (every notebook),
+`exercises_topology` (01), `exercises_busbw` (02), `exercises_ring` (03-04), `exercises_budget`
+(05-08). Their numbers come from the model modules; no formula is repeated in a grader.
 """
 
 from __future__ import annotations
@@ -26,7 +50,7 @@ def read_number(answer, unit: str, *, allow_inf: bool = False, allow_negative: b
     `allow_negative`) and zero (unless `allow_zero`) get a sentence naming `unit`.
     """
     never = " (math.inf for never)" if allow_inf else ""
-    number = _a_number(unit)
+    number = a_number(unit)
     if answer is None:
         return None, f"Replace None with your answer, {number}{never}."
     if isinstance(answer, bool):
@@ -52,7 +76,8 @@ def _in(unit: str) -> str:
     return f" in {unit}" if unit and unit != "x" and not unit.startswith("whole number") else ""
 
 
-def _a_number(unit: str) -> str:
+def a_number(unit: str) -> str:
+    """How a reply asks for an answer in `unit`: "a number in GB/s", "a whole number of ranks"."""
     return f"a {unit}" if unit.startswith("whole number") else f"a number{_in(unit)}"
 
 

@@ -17,7 +17,6 @@ the server enforces, whatever set the token, and the token never appears on a co
 
 from __future__ import annotations
 
-import contextlib
 import getpass
 import ipaddress
 import json
@@ -30,6 +29,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from jupyter_core.paths import jupyter_runtime_dir
 
 from labutils.core.inputs import LabInputError, check_int
 from labutils.course.runner import NOTEBOOK_DIR
@@ -196,7 +197,6 @@ def serve(ip: str = DEFAULT_IP, port=DEFAULT_PORT, root_dir: Path = NOTEBOOK_DIR
     JupyterLab shares the terminal and answers Ctrl-C itself (it asks to confirm; twice stops it),
     so this process ignores Ctrl-C meanwhile and forwards SIGTERM; it never leaves the server behind.
     """
-    from jupyter_core.paths import jupyter_runtime_dir
 
     ip, port, uid = check_ip(ip), check_port(port), os.geteuid()
     for line in start_notes(uid, ip):
@@ -218,34 +218,6 @@ def serve(ip: str = DEFAULT_IP, port=DEFAULT_PORT, root_dir: Path = NOTEBOOK_DIR
         if process.poll() is None:
             process.terminate()
             process.wait(timeout=30)
-
-
-def stop_lab(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
-    """Stop a server started with start_new_session=True, and everything it started.
-
-    SIGTERM to its process group lets the server shut its kernels down; what is still there after
-    `timeout_s` is killed. Kernels run in sessions of their own, so they are collected first and
-    ended one by one as well.
-    """
-    import psutil
-
-    try:
-        started = psutil.Process(process.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        started = []
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=timeout_s)
-    _, alive = psutil.wait_procs(started, timeout=timeout_s)
-    for child in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            child.kill()
-    psutil.wait_procs(alive, timeout=timeout_s)
 
 
 def add_cli(sub) -> None:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import platform
-from dataclasses import dataclass
+import shutil
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
 
 from labutils.core.inputs import check_choice, check_int
 from labutils.core.results import to_json
@@ -30,13 +35,9 @@ class MachineCase:
 
 def detect_case(gpu_count: int | None = None) -> MachineCase:
     """Read the GPU count (torch.cuda) and names; `gpu_count` overrides it (for teaching and tests)."""
-    import os
-
     names: tuple[str, ...] = ()
     count = cuda_device_count() if gpu_count is None else gpu_count
     if count and gpu_count is None:
-        import torch
-
         names = tuple(torch.cuda.get_device_name(i) for i in range(count))
     elif count:
         names = tuple(f"GPU{i}" for i in range(count))
@@ -216,17 +217,12 @@ class MachineReport:
     placement: str = ""
 
     def as_dict(self) -> dict:
-        from dataclasses import asdict
-
         out = asdict(self)
         out["route"] = dict(self.route)
         return out
 
 
 def _torch_facts() -> tuple[str, str, str | None, bool]:
-    import torch
-    import torch.distributed as dist
-
     build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU"
     nccl = None
     try:
@@ -253,8 +249,6 @@ def check(ping: bool = False, gpu_count: int | None = None) -> MachineReport:
     """Inspect this machine (Python, torch, CUDA, GPUs, NCCL, gloo, nvidia-smi, cores, NUMA) and
     derive the route. `ping` also runs a real 2-rank gloo all-reduce; `gpu_count` overrides the
     detected count for teaching and tests."""
-    import shutil
-
     case = detect_case(gpu_count)
     version, build, nccl, gloo = _torch_facts()
     works, detail = ping_gloo() if ping and gloo else (None, "not tried (pass ping=True / --ping)")

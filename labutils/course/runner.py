@@ -24,6 +24,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import nbformat
+import papermill as pm
+from nbconvert import HTMLExporter
+from tqdm.auto import tqdm
+
 from labutils.core.inputs import LabInputError
 from labutils.core.results import REPO_ROOT, to_json, write_atomic
 from labutils.measure.placement import check_local_ranks
@@ -94,8 +99,6 @@ def find_notebooks(only: str | None = None, directory: Path = NOTEBOOK_DIR) -> l
 def notebook_parameters(path: Path) -> dict:
     """The literals of a notebook's `parameters` cell: {name: default}; {} when it has none
     (a name whose value is not a literal maps to None, accepting anything)."""
-    import nbformat
-
     nb = nbformat.read(str(path), as_version=4)
     for cell in nb.cells:
         if "parameters" in cell.metadata.get("tags", []):
@@ -206,8 +209,6 @@ def _locate_error(nb) -> tuple[int | None, str]:
 
 
 def _render_html(nb, html_path: Path) -> None:
-    from nbconvert import HTMLExporter
-
     body, _ = HTMLExporter().from_notebook_node(nb)
     write_atomic(html_path, body)
 
@@ -236,9 +237,6 @@ def execute_notebook(path: Path, out_dir: Path, parameters: dict | None = None,
     """Execute one notebook with papermill into `out_dir` (.ipynb + .html), never raising for its
     errors: a failure while executing, reading back, rendering HTML, saving plots or recording
     figures is reported in the outcome (`failed_stage`), and the stages after it still run."""
-    import nbformat
-    import papermill as pm
-
     path, out_dir = Path(path).resolve(), Path(out_dir).resolve()  # the kernel runs in the notebook's folder
     out_dir.mkdir(parents=True, exist_ok=True)
     out_path, html_path = out_dir / path.name, out_dir / f"{path.stem}.html"
@@ -354,8 +352,6 @@ def run_notebooks(only: str | None = None, quick: bool = False, params: dict | N
     Both files are written also when the run stops early (an exception, Ctrl-C: it is raised
     again afterwards), listing the notebooks not reached as not run.
     """
-    from tqdm.auto import tqdm
-
     paths = find_notebooks(only, directory)
     out_dir = check_out_dir(out_dir, directory)
     check_params(params or {}, paths)

@@ -23,29 +23,28 @@ shortfall causes come first, otherwise band causes do; within a kind, causes sho
 machine's own evidence come before causes inferred (from a GPU's name, from the measurement's
 shape), then in the order of the two lists above.
 
-The evidence and its readers, live gathering included (`live_facts`, `live_lspci`, `nccl_env`,
-`newest_sweep`, kept thin), are in `labutils.doctor.evidence`; the cause rules, pure, in
-`labutils.doctor.rules`. Here: `diagnose`, the report, the shipped cases, and `run_doctor`, which
-puts files and live readings together for `python -m labutils doctor`.
+The evidence read from files is in `labutils.doctor.evidence`, the readings of this machine in
+`labutils.doctor.live`, the shipped cases' files in `labutils.doctor.cases`, the cause rules, pure,
+in `labutils.doctor.rules`. Here: `diagnose`, the report, the shipped cases' diagnoses, and
+`run_doctor`, which puts files and live readings together for `python -m labutils doctor`.
 """
 
 from __future__ import annotations
 
-import json
 import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pandas as pd
+
 from labutils.core.inputs import LabInputError
-from labutils.core.results import DATA_DIR, REPO_ROOT, to_json
+from labutils.core.results import REPO_ROOT, to_json
+from labutils.doctor import live
+from labutils.doctor.cases import case_inputs, load_cases
 from labutils.doctor.evidence import (
     MachineFacts,
     Measurement,
-    live_facts,
-    live_lspci,
     measurement_from_busbw,
-    nccl_env,
-    newest_sweep,
     parse_gpus,
     path_band,
     read_facts,
@@ -66,9 +65,6 @@ from labutils.doctor.rules import (
     measurement_causes,
     rank_causes,
 )
-
-# The live readers are called through their modules, so tests can fake them there.
-from labutils.readers import topology as live_readers
 from labutils.readers.links import LinkFigure
 from labutils.readers.pcie import PciDevice, normalize_address, nvidia_gpus, pcie_band, read_lspci_file
 from labutils.readers.topology import (
@@ -77,14 +73,9 @@ from labutils.readers.topology import (
     Topology,
     classify,
     group_bottleneck,
-    list_samples,
-    pcie_gen_of,
     read_topology_file,
     sample_pcie_gen,
 )
-
-DOCTOR_DIR = DATA_DIR / "doctor"
-CASES_FILE = DOCTOR_DIR / "cases.json"
 
 JSON_KEYS = ("verdict", "slowest_path", "expected_GBps", "measured_GBps", "fraction", "causes")
 
@@ -303,37 +294,6 @@ def format_diagnosis(d: Diagnosis, width: int = 100) -> str:
 
 # ---- shipped cases -----------------------------------------------------------------------------
 
-def load_cases() -> list[dict]:
-    """data/doctor/cases.json: one planted case per cause (and the exercise)."""
-    return json.loads(CASES_FILE.read_text(encoding="utf-8"))
-
-
-def _case(name: str) -> dict:
-    cases = {c["name"]: c for c in load_cases()}
-    if name not in cases:
-        raise LabInputError(f"case={name!r} is not one of: {', '.join(cases)}")
-    return cases[name]
-
-
-def case_inputs(name: str) -> dict:
-    """The keyword arguments of `diagnose` for a shipped case (files read from the repository)."""
-    c = _case(name)
-    at = lambda rel: REPO_ROOT / rel  # noqa: E731
-    topo_arg = c["topo"] if c["topo"] in list_samples() else at(c["topo"])
-    if c.get("busbw") is not None:
-        m = measurement_from_busbw(c["busbw"], f"busbw of the case {name!r}")
-    elif c.get("sweep"):
-        m = read_sweep(at(c["sweep"]))
-    elif c.get("nccl_tests"):
-        m = read_nccl_tests(at(c["nccl_tests"]))
-    else:
-        m = None
-    return {"topo": read_topology_file(topo_arg), "gpus": parse_gpus(c["gpus"]) if c.get("gpus") else None,
-            "facts": read_facts(at(c["facts"])) if c.get("facts") else None,
-            "pci": read_lspci_file(at(c["lspci"])) if c.get("lspci") else None, "env": c.get("env") or {},
-            "measurement": m, "pcie_gen_assumed": sample_pcie_gen(Path(str(c["topo"])).stem)}
-
-
 def doctor_case(name: str) -> Diagnosis:
     """The diagnosis of a shipped case, e.g. doctor_case("acs_enabled")."""
     return diagnose(**case_inputs(name))
@@ -342,8 +302,6 @@ def doctor_case(name: str) -> Diagnosis:
 def case_table(include_exercises: bool = False):
     """One row per shipped case: what it plants, its slowest path and band, the measured figure, the
     verdict and the first cause (a pandas DataFrame indexed by case)."""
-    import pandas as pd
-
     rows = []
     for c in load_cases():
         if c["name"].startswith("exercise") and not include_exercises:
@@ -358,20 +316,7 @@ def case_table(include_exercises: bool = False):
 
 def facts_table(facts: MachineFacts):
     """The facts as NVML's table in notebook 01 prints them (one row per GPU)."""
-    import pandas as pd
-
     return pd.DataFrame([g.__dict__ for g in facts.gpus]).set_index("index")
-
-
-def case_command(name: str) -> str:
-    """The command line that diagnoses a shipped case (run from the repository's root)."""
-    c = _case(name)
-    parts = [f"{k}={v}" for k, v in (c.get("env") or {}).items()] + ["python -m labutils doctor"]
-    for key, flag in (("busbw", "--busbw"), ("sweep", "--sweep"), ("nccl_tests", "--nccl-tests"), ("gpus", "--gpus"),
-                      ("topo", "--topo"), ("facts", "--facts"), ("lspci", "--lspci")):
-        if c.get(key) is not None:
-            parts.append(f"{flag} {c[key]}")
-    return " ".join(parts)
 
 
 def run_doctor(busbw=None, sweep=None, nccl_tests=None, gpus=None, topo=None, facts=None, lspci=None,
@@ -397,23 +342,8 @@ def run_doctor(busbw=None, sweep=None, nccl_tests=None, gpus=None, topo=None, fa
     if topo is not None:
         gen = sample_pcie_gen(Path(str(topo)).stem)
     else:
-
-        topology, why = live_readers.live_topology()
-        if topology is None:
-            notes.append(f"no live topology ({why}); try a shipped case: `{case_command('cross_socket')}`")
-        if machine is None and topology is not None:
-            machine, why = live_facts()
-            if machine is None:
-                notes.append(f"no NVML facts ({why})")
-        if machine is not None:
-            gen = pcie_gen_of(list(machine.gpus))
-        if pci is None and topology is not None:
-            pci, why = live_lspci()
-            if why:
-                notes.append(why)
-        if measurement is None:
-            measurement = newest_sweep(prefer_nccl=topology is not None)
-    d = diagnose(topology, group, machine, pci, nccl_env() if env is None else env, measurement, gen)
+        topology, machine, pci, measurement, gen, notes = live.read_this_machine(machine, pci, measurement, gen)
+    d = diagnose(topology, group, machine, pci, live.nccl_env() if env is None else env, measurement, gen)
     return replace(d, notes=tuple(notes) + d.notes)
 
 

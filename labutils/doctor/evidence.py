@@ -1,35 +1,28 @@
-"""The doctor's evidence: what it reads, from files or from this machine (notebooks 01 and 02).
+"""The doctor's evidence, read from files and frames (notebooks 01 and 02); pure of this machine.
 
 - `path_band`: the link table's band for a path at the PCIe generation and width the links run at now;
 - `MachineFacts` (NVML's per-GPU table, the peer-access matrix, bus ids) from JSON (`read_facts`);
 - `Measurement` (one busbw figure, with what else is known of how it was taken) from a figure, a
-  saved sweep or an nccl-tests log;
-- the live readings, kept thin: `nccl_env`, `live_facts`, `live_lspci`, `newest_sweep`.
+  saved sweep or an nccl-tests log.
 
-`labutils.doctor.doctor` puts them together; `labutils.doctor.rules` judges them.
+The readings of this machine (NVML, lspci, the peer-access matrix, the newest saved sweep) are in
+`labutils.doctor.live`; `labutils.doctor.doctor` puts them together; `labutils.doctor.rules` judges them.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from labutils.core.inputs import LabInputError, check_range
 from labutils.core.results import load_result
-
-# The live readers are called through their modules, so tests can fake them there.
-from labutils.measure import copies as live_copies
-from labutils.measure.sweep import load_sweep
 from labutils.model.fit import crossover_bytes, fit_alpha_beta
-from labutils.readers import pcie as live_pcie
-from labutils.readers import topology as live_readers
 from labutils.readers.links import LinkFigure
 from labutils.readers.nccl_tests import parse_nccl_tests
-from labutils.readers.pcie import GT_PER_LANE, WIDTHS, PciDevice, normalize_address, parse_lspci
+from labutils.readers.pcie import GT_PER_LANE, WIDTHS, normalize_address
 from labutils.readers.topology import DEFAULT_PCIE_GEN, GpuFacts, expected_figure
 
 FACT_KEYS = ("index", "name", "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max", "nvlinks_active")
@@ -250,70 +243,3 @@ def parse_gpus(text) -> tuple[int, ...]:
         return tuple(int(t[3:] if t.upper().startswith("GPU") else t) for t in tokens)
     except ValueError:
         raise LabInputError(f"gpus={text!r} must be GPU indices separated by commas, e.g. 0,1") from None
-
-
-# ---- live readings (thin) ------------------------------------------------------------------------
-
-def nccl_env(environ=None) -> dict:
-    """The NCCL_* variables of `environ` (this process's environment by default)."""
-    return {k: v for k, v in (os.environ if environ is None else environ).items() if k.startswith("NCCL_")}
-
-
-def _nvml_bus_ids(count: int) -> tuple[str | None, ...]:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no NVML: bus ids unknown
-        return ()
-    try:
-        ids = []
-        for i in range(count):
-            bus = pynvml.nvmlDeviceGetPciInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).busId
-            ids.append(bus.decode() if isinstance(bus, bytes) else str(bus))
-        return tuple(ids)
-    except Exception:  # noqa: BLE001
-        return ()
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def live_facts() -> tuple[MachineFacts | None, str]:
-    """NVML's facts, the peer-access matrix (torch) and bus ids of this machine, or (None, why not)."""
-
-    gpus, why = live_readers.nvml_facts()
-    if not gpus:
-        return None, why
-    p2p = None
-    try:
-
-        frame = live_copies.peer_access_matrix()
-        if frame is not None and len(frame) == len(gpus):
-            p2p = tuple(tuple(bool(v) for v in row) for row in frame.to_numpy())
-    except Exception:  # noqa: BLE001 - torch without CUDA: p2p unknown
-        p2p = None
-    return MachineFacts(tuple(gpus), p2p, _nvml_bus_ids(len(gpus)), "NVML"), ""
-
-
-def live_lspci() -> tuple[tuple[PciDevice, ...] | None, str]:
-    """This machine's `lspci -vvv`, parsed, or (None, why not)."""
-
-    text, why = live_pcie.run_lspci()
-    if text is None:
-        return None, why
-    devices = parse_lspci(text, "lspci -vvv")
-    if any(d.access_denied for d in devices):
-        return devices, ("lspci could not read PCIe capabilities without root: run `sudo lspci -vvv > lspci.txt` "
-                         "and pass --lspci lspci.txt to check ACS, link widths and switch uplinks")
-    return devices, ""
-
-
-def newest_sweep(prefer_nccl: bool = True) -> Measurement | None:
-    """The newest saved all_reduce sweep (an NCCL one first when `prefer_nccl`), or None."""
-
-    found = (load_sweep("all_reduce", backend="nccl") if prefer_nccl else None) or load_sweep("all_reduce")
-    if found is None:
-        return None
-    meta = found.meta
-    return measurement_from_frame(found.frame, meta, f"the newest saved sweep ({meta.get('backend')} on "
-                                                     f"{meta.get('device')}, {meta.get('world_size')} ranks)")

@@ -29,7 +29,6 @@ BELOW = "below expected"
 ABOVE = "above the wire: check the formula or NVLS"
 NO_MEASUREMENT = "no measurement"
 NO_PAIR = "no GPU pair to judge"
-VERDICTS = (AS_EXPECTED, BELOW, ABOVE, NO_MEASUREMENT, NO_PAIR)
 AS_EXPECTED_SHARE = 0.85  # of the band's low end
 ABOVE_WIRE_SHARE = 1.05  # of the band's high end
 

@@ -2,7 +2,7 @@
 when missing. One set of names on disk (LinkFit's fields: alpha_us, busbw_GBps, world_size, ...);
 one reader (`link_from_meta`); LinkFit.budget_params translates it into the time budget's names.
 
-Written by notebooks 02 and 04; read by the budget sliders' presets (labutils.show.widgets), notebook
+Written by notebooks 02 and 04; read by the budget sliders' presets (labutils.show.budget_dashboard), notebook
 07 (validation) and notebook 08 (data parallel).
 """
 

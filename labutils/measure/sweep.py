@@ -8,7 +8,7 @@ and broadcasts it (every rank must make the same calls), the timed loop (CUDA ev
 barrier + perf_counter on CPU, see labutils.measure.timing), the mean time over ranks and the slowest
 rank, and then a correctness check on freshly filled buffers: every element of the result is
 compared with the exact expected value and mismatches are summed over ranks (`#wrong`).
-The table nccl-tests prints is written by labutils.readers.nccl_table and read back by labutils.readers.nccl_tests.
+The table nccl-tests prints is written and read back by labutils.readers.nccl_tests.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from labutils.measure.launch import (
     torchrun_env,
 )
 from labutils.measure.placement import check_local_ranks, machine_placement
-from labutils.readers.nccl_table import print_rows
+from labutils.readers.nccl_tests import print_rows
 from labutils.readers.topology import run_nvidia_smi
 
 

@@ -1,40 +1,39 @@
-"""The two-device time budget: when does splitting one operation over two devices pay?
+"""The time budget: when does splitting one operation over N devices pay? (The article's model is N = 2.)
 
-One device takes T1 = S + C: S ms that cannot be split, C ms that can. Two devices take
-T2 = S + C/(2η) + H, where η in (0, 1] is how efficiently each half runs and
-H = Q·(ℓ + V/B) is the communication: Q serialised exchanges, each with startup ℓ ms and
-V bytes over an effective bandwidth B in decimal GB/s (V/B in ms is V / (B·1e6)).
+One device takes T1 = S + C: S ms that cannot be split, C ms that can. The article's two devices take
 
-Every function takes numbers or numpy arrays (broadcast together) and returns a float or an
-array. Times are in ms, V in bytes, B in decimal GB/s. Where no value can make splitting pay the
-answer is "never": math.inf, with the reason in `Budget.notes`. Invalid input raises
-LabInputError naming the parameter, the value and the allowed range.
+    T2 = S + C/(2η) + H,    H = Q·(ℓ + V/B)
 
-N devices (`evaluate_n` and the `*_n` functions): the divisible part runs on N devices, and each
-exchange is a ring all-reduce of V bytes (V counted in fp32), sent in the wire dtype:
+where η in (0, 1] is how efficiently each half runs and H is the communication: Q serialised
+exchanges, each with startup ℓ ms and V bytes over an effective bandwidth B in decimal GB/s (V/B
+in ms is V / (B·1e6)). On N devices each exchange is a ring all-reduce of V bytes (counted in
+fp32), sent in the wire dtype:
 
     T_N = S + C/(Nη) + H_N,    H_N = Q·[(N−1)·ℓ + 2(N−1)/N · V_w / B],    V_w = V · (wire bytes / 4)
 
 A ring all-reduce is 2(N−1) steps; ℓ is the startup of one exchange on two devices, whose ring has
 2 steps, so each step costs ℓ/2 and N devices pay 2(N−1)·ℓ/2 = (N−1)·ℓ. Each device sends
-2(N−1)/N · V_w bytes (labutils.model.ring). At N = 2 and fp32 this is exactly the article's model:
-(N−1)·ℓ = ℓ, 2(N−1)/N = 1, C/(Nη) = C/(2η); the tests check the two agree to the last bit. The
-split pays when C·(1 − 1/(Nη)) > H_N; bf16 or fp16 on the wire halves V_w. The two-device
-functions are the article's formulas as printed and stay as they are.
+2(N−1)/N · V_w bytes (labutils.model.ring). At N = 2 and fp32, (N−1)·ℓ = ℓ, 2(N−1)/N = 1 and
+C/(Nη) = C/(2η) exactly, so every function below gives the article's figures to the last bit
+there. The split pays when C·(1 − 1/(Nη)) > H_N; bf16 or fp16 on the wire halves V_w.
 
-The break-even as a hardware ratio (labutils.model.hardware_ratio): with the startups left out, splitting
-pays when the work per byte on the wire, F/V_w (FLOP/byte), exceeds Q·2(N−1)/N / (1 − 1/(Nη))
-times the ratio R/B of the compute rate to the link bandwidth. For the lab's MLP block
-(F = 4·batch·hidden·ffn, V = batch·hidden values) that is a critical hidden size.
+Every function takes numbers or numpy arrays (broadcast together) and returns a float or an
+array; `n_devices` (2 by default) and `wire_dtype` ("fp32" by default) are single values. Times
+are in ms, V in bytes, B in decimal GB/s. Where no value can make splitting pay the answer is
+"never": math.inf, with the reason in `Budget.notes`. The public functions check their input once,
+on entry (LabInputError naming the parameter, the value and the allowed range); the formulas
+after them read like the physics.
 
-A pure model (notebook 06, the budget dashboard): no launcher, no files; the worked cases and the
-`interconnect-lab budget` command are labutils.course.budget_cli. This is a model with stated
-assumptions (equal exchanges, no overlap, no competing traffic, no queue); its numbers are
-arithmetic, not measurements.
+The break-even as a hardware ratio is labutils.model.hardware_ratio; the article's worked cases
+are labutils.course.budget_cases; the `interconnect-lab budget` command is
+labutils.course.budget_cli. A pure model (notebook 06, the budget dashboard): no launcher, no
+files. It has stated assumptions (equal exchanges, no overlap, no competing traffic, no queue);
+its numbers are arithmetic, not measurements.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -43,33 +42,14 @@ import pandas as pd
 
 from labutils.core.arrays import as_float_array, float_or_array, safe_divide
 from labutils.core.inputs import LabInputError, check_broadcast, check_range
-from labutils.model.budget_formulas import (
-    WIRE_DTYPES,
-    _break_even,
-    _break_even_n,
-    _comm,
-    _comm_n,
-    _min_bandwidth,
-    _min_bandwidth_n,
-    _min_eta,
-    _min_eta_n,
-    _n_inputs,
-    _saved_fraction,
-    ring_factor,
-    wire_dtype_name,
-)
-from labutils.model.budget_formulas import (
-    check_devices as check_devices,
-)
-from labutils.model.budget_formulas import (
-    saved_fraction_n as saved_fraction_n,
-)
-from labutils.model.budget_notes import _notes
 
 # The article's base case: 12 ms of divisible work, four 2 MB exchanges over 10 GB/s.
 BASE_CASE = {"S_ms": 0.8, "C_ms": 12.0, "eta": 0.8, "Q": 4, "latency_ms": 0.03,
              "volume_bytes": 2_000_000, "bandwidth_GBps": 10.0}
 PARAMETERS = tuple(BASE_CASE)
+RESULT_FIELDS = ("t_one_ms", "t_two_ms", "comm_ms", "speedup", "efficiency", "break_even_C_ms",
+                 "min_bandwidth_GBps", "min_eta", "overlap_bound_ms")
+WIRE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per value on the wire; V is counted in fp32
 
 _TIME = {"low": 0.0, "high": math.inf, "high_open": True, "unit": "ms"}
 _RANGES = {
@@ -82,24 +62,43 @@ _RANGES = {
     # an infinite bandwidth is allowed: it shows what the startup costs alone do
     "bandwidth_GBps": {"low": 0.0, "low_open": True, "unit": "GB/s (decimal)"},
 }
-_LINK_PARAMS = ("eta", "Q", "latency_ms", "volume_bytes", "bandwidth_GBps")
-RESULT_FIELDS = ("t_one_ms", "t_two_ms", "comm_ms", "speedup", "efficiency", "break_even_C_ms",
-                 "min_bandwidth_GBps", "min_eta", "overlap_bound_ms")
+_WIRE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
+
+# --- the door: what enters is checked here, once ---
 
 def check_inputs(**params) -> None:
-    """Raise LabInputError for the first parameter outside its range (see module docstring): None,
-    text, NaN, a negative count, an infinite time; or for arrays that do not broadcast together."""
+    """Raise LabInputError for the first parameter outside its range (see _RANGES): None, text, NaN,
+    a negative count, an infinite time; or for arrays that do not broadcast together."""
     for name, value in params.items():
         check_range(name, value, **_RANGES[name])
     check_broadcast(**params)
 
 
-def _quiet(fn):
-    """Run a formula without numpy's RuntimeWarnings: an overflow to inf (a vanishing bandwidth, C
-    near 1e308) is an answer ("never") that the notes explain, not a warning on stderr."""
-    import functools
+def check_devices(n_devices, name: str = "n_devices") -> int:
+    """n_devices as an int, or LabInputError (naming `name`) unless it is a whole number of devices >= 2."""
+    value = n_devices.item() if isinstance(n_devices, np.generic) else n_devices
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer() or value < 2:
+        raise LabInputError(f"{name}={n_devices!r} is outside the allowed range: a whole number of devices >= 2")
+    return int(value)
 
+
+def wire_dtype_name(wire_dtype) -> str:
+    """"fp32", "bf16" or "fp16" (torch names accepted); LabInputError naming the allowed values."""
+    name = _WIRE_ALIASES.get(str(wire_dtype).lower(), str(wire_dtype).lower())
+    if name not in WIRE_DTYPES:
+        raise LabInputError(f"wire_dtype={wire_dtype!r} is not one of: {', '.join(WIRE_DTYPES)}")
+    return name
+
+
+def _ring(n_devices, wire_dtype) -> tuple[float, float]:
+    """(N, V_w / V) checked: the device count as a float and the wire dtype's share of fp32."""
+    return float(check_devices(n_devices)), WIRE_DTYPES[wire_dtype_name(wire_dtype)] / 4
+
+
+def _quiet(fn):
+    """Run a public function without numpy's RuntimeWarnings: an overflow to inf (a vanishing
+    bandwidth, C near 1e308) is an answer ("never") that the notes explain, not a warning on stderr."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         with np.errstate(all="ignore"):
@@ -107,23 +106,124 @@ def _quiet(fn):
     return wrapper
 
 
+# --- the formulas (inputs already checked; n = N as a float, w = V_w / V) ---
+
+def _saved(eta, n):
+    """1 − 1/(Nη): the share of C that splitting saves before communication."""
+    return 1.0 - 1.0 / (n * eta)
 
 
+def _comm(Q, latency, V, B, n, w):
+    """H_N = Q·[(N−1)·ℓ + 2(N−1)/N · V_w/B] ms."""
+    return Q * ((n - 1.0) * latency + 2.0 * (n - 1.0) / n * (V * w) / (B * 1e6))
 
 
+def _break_even(eta, H, n):
+    """H_N / (1 − 1/(Nη)); inf where nothing is saved (η ≤ 1/N)."""
+    return safe_divide(H, _saved(eta, n))
 
 
+def _min_bandwidth(C, eta, Q, latency, V, n, w):
+    """2(N−1)/N·V_w / (D_N·1e6) GB/s, D_N = (C·(1 − 1/(Nη)) − Q(N−1)ℓ)/Q; inf where D_N ≤ 0, 0 when no bytes travel."""
+    saving, startups = C * _saved(eta, n), Q * ((n - 1.0) * latency)
+    window_ms = safe_divide(saving - startups, Q)
+    need = np.where(V > 0, 2.0 * (n - 1.0) / n * (V * w) / (window_ms * 1e6), 0.0)
+    return np.where(saving > startups, need, math.inf)
 
 
+def _min_eta(C, H, n):
+    """C / (N(C − H_N)), written 1 / (N(1 − H_N/C)) so that C near 1e308 does not overflow to 0; inf where C ≤ H_N."""
+    C, H = np.broadcast_arrays(C, H)
+    return np.where(C > H, 1.0 / (n * (1.0 - H / np.where(C > H, C, 1.0))), math.inf)
 
 
-# --- the public functions ---
+# --- the notes: why a figure is "never" ---
+
+_INF_COMM_REASON = ("the communication H is infinite: V / B overflows, the bandwidth is too low for these "
+                    "bytes, so no finite compute pays for it")
+
+
+def _eta_reason(N: int) -> str:
+    if N == 2:
+        return ("with eta <= 0.5 the two halves take at least as long as the whole (C/(2 eta) >= C), "
+                "so no compute is saved to pay for the communication")
+    return (f"with eta <= 1/{N} the {N} parts take at least as long as the whole (C/({N} eta) >= C), "
+            "so no compute is saved to pay for the communication")
+
+
+def _reason(mask, total: int, scalar_text: str, array_text: str) -> str | None:
+    count = int(np.count_nonzero(mask))
+    if not count:
+        return None
+    return f"never: {scalar_text}" if total == 1 else f"never at {count} of {total} points: {array_text}"
+
+
+def _notes(C, eta, Q, latency, H, min_b, min_e, N: int) -> dict:
+    """Human reasons for every "never" (and for a minimum η above 1), one line per field, for one
+    value or a count over an array. N = 2 is the article's wording; other N name the ring's
+    (N−1)·ℓ startups and C/(Nη)."""
+    C, eta, Q, latency, H, min_b, min_e = np.broadcast_arrays(C, eta, Q, latency, H, min_b, min_e)
+    total = C.size
+    saved = _saved(eta, float(N))
+    saving, startup = C * saved, Q * ((N - 1.0) * latency)
+    first = (lambda x: float(x.ravel()[0]))
+    notes = {}
+    low_eta = saved <= 0
+    reason = _eta_reason(N)
+    startups = "Q*l" if N == 2 else f"Q*{N - 1}*l"
+    kept = "C*(1 - 1/(2 eta))" if N == 2 else f"C*(1 - 1/({N} eta))"
+    text = "; ".join(t for t in (_reason(low_eta, total, reason, reason),
+                                 _reason(np.isinf(H) & ~low_eta, total, _INF_COMM_REASON, _INF_COMM_REASON)) if t)
+    if text:
+        notes["break_even_C_ms"] = text
+    parts = [p for p in (
+        _reason(low_eta & np.isinf(min_b), total, reason, reason),
+        _reason(np.isinf(min_b) & ~low_eta, total,
+                f"the startups alone ({startups} = {first(startup):.6g} ms) use up the compute saved "
+                f"({kept} = {first(saving):.6g} ms); no bandwidth is enough",
+                f"the startups alone ({startups}) use up the compute saved ({kept}); "
+                "no bandwidth is enough")) if p]
+    if parts:
+        notes["min_bandwidth_GBps"] = "; ".join(parts)
+    parts_word = "halves" if N == 2 else "parts"
+    text = _reason(np.isinf(min_e), total,
+                   f"the communication (H = {first(H):.6g} ms) is at least the whole divisible compute "
+                   f"(C = {first(C):.6g} ms); even perfect {parts_word} (eta = 1) cannot pay for it",
+                   "the communication H is at least the divisible compute C; even eta = 1 cannot pay for it")
+    over_one = np.isfinite(min_e) & (min_e > 1)
+    if over_one.any():
+        extra = (f"needs eta > {first(min_e[over_one]):.6g}, impossible since eta <= 1"
+                 if total == 1 else f"impossible (needs eta > 1) at {int(over_one.sum())} of {total} points")
+        text = f"{text}; {extra}" if text else extra
+    if text:
+        notes["min_eta"] = text
+    return notes
+
+
+# --- the public functions, one per quantity ---
+
+def ring_factor(n_devices) -> float:
+    """2(N−1)/N: the share of V each device sends in a ring all-reduce (1 at N = 2, towards 2)."""
+    n = float(check_devices(n_devices))
+    return 2.0 * (n - 1.0) / n
+
 
 @_quiet
-def comm_ms(Q, latency_ms, volume_bytes, bandwidth_GBps):
-    """H = Q·(ℓ + V/B) in ms, with V/B = V / (B·1e6) ms for V bytes at B decimal GB/s."""
+def saved_fraction(eta, n_devices=2):
+    """The share of C that splitting saves before communication: 1 − 1/(2η) on two devices
+    (0.375 at η = 0.8), 1 − 1/(Nη) on N; 0 or less when η ≤ 1/N."""
+    check_inputs(eta=eta)
+    return float_or_array(_saved(as_float_array(eta), float(check_devices(n_devices))))
+
+
+@_quiet
+def comm_ms(Q, latency_ms, volume_bytes, bandwidth_GBps, n_devices=2, wire_dtype="fp32"):
+    """The communication in ms. Two devices (the article): H = Q·(ℓ + V/B), V/B = V / (B·1e6) ms for
+    V bytes at B decimal GB/s. N devices, a ring all-reduce each: H_N = Q·[(N−1)·ℓ + 2(N−1)/N · V_w/B]."""
     check_inputs(Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    return float_or_array(_comm(Q, latency_ms, volume_bytes, bandwidth_GBps))
+    n, w = _ring(n_devices, wire_dtype)
+    Q, latency, V, B = map(as_float_array, (Q, latency_ms, volume_bytes, bandwidth_GBps))
+    return float_or_array(_comm(Q, latency, V, B, n, w))
 
 
 @_quiet
@@ -134,80 +234,87 @@ def t_one_ms(S_ms, C_ms):
 
 
 @_quiet
-def t_two_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
-    """Two devices, no overlap: T2 = S + C/(2η) + Q·(ℓ + V/B) (ms)."""
+def t_two_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, n_devices=2, wire_dtype="fp32"):
+    """The split, no overlap (ms). Two devices (the article): T2 = S + C/(2η) + Q(ℓ + V/B).
+    N devices: T_N = S + C/(Nη) + H_N (`comm_ms`)."""
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
                  volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    return float_or_array(as_float_array(S_ms) + as_float_array(C_ms) / (2 * as_float_array(eta))
-                          + _comm(Q, latency_ms, volume_bytes, bandwidth_GBps))
+    n, w = _ring(n_devices, wire_dtype)
+    S, C, eta, Q, latency, V, B = map(as_float_array, (S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps))
+    return float_or_array(S + C / (n * eta) + _comm(Q, latency, V, B, n, w))
 
 
 @_quiet
-def overlap_bound_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
-    """Optimistic lower bound with perfect overlap: S + max(C/(2η), H) (ms). Not a prediction."""
+def overlap_bound_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, n_devices=2, wire_dtype="fp32"):
+    """Optimistic lower bound with perfect overlap (ms), not a prediction: S + max(C/(2η), H) on two
+    devices, S + max(C/(Nη), H_N) on N."""
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
                  volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    H = _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)
-    return float_or_array(as_float_array(S_ms) + np.maximum(as_float_array(C_ms) / (2 * as_float_array(eta)), H))
+    n, w = _ring(n_devices, wire_dtype)
+    S, C, eta, Q, latency, V, B = map(as_float_array, (S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps))
+    return float_or_array(S + np.maximum(C / (n * eta), _comm(Q, latency, V, B, n, w)))
 
 
 @_quiet
-def saved_fraction(eta):
-    """The share of C that splitting saves before communication: 1 − 1/(2η) (0.375 at η = 0.8)."""
-    check_inputs(eta=eta)
-    return float_or_array(_saved_fraction(eta))
+def break_even_C_ms(eta, Q, latency_ms, volume_bytes, bandwidth_GBps, n_devices=2, wire_dtype="fp32"):
+    """Divisible compute at which the split takes as long as one device (ms); splitting pays above it.
 
-
-@_quiet
-def break_even_C_ms(eta, Q, latency_ms, volume_bytes, bandwidth_GBps):
-    """Divisible compute at which T2 == T1: H / (1 − 1/(2η)) ms; splitting pays above it.
-
-    math.inf ("never") when η ≤ 0.5: the halves then save no time at all.
+    Two devices (the article): C* = Q(ℓ + V/B) / (1 − 1/(2η)). N devices: C* = H_N / (1 − 1/(Nη)).
+    math.inf ("never") when η ≤ 1/N (0.5 on two): the parts then save no time at all.
     """
     check_inputs(eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    return float_or_array(_break_even(eta, _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)))
+    n, w = _ring(n_devices, wire_dtype)
+    eta, Q, latency, V, B = map(as_float_array, (eta, Q, latency_ms, volume_bytes, bandwidth_GBps))
+    return float_or_array(_break_even(eta, _comm(Q, latency, V, B, n, w), n))
 
 
 @_quiet
-def transfer_window_ms(C_ms, eta, Q, latency_ms):
-    """D = C·(1 − 1/(2η))/Q − ℓ: the time each transfer may take after its startup (ms).
-
-    Splitting pays when V/B < D. Q = 0 gives math.inf (nothing to transfer).
-    """
+def transfer_window_ms(C_ms, eta, Q, latency_ms, n_devices=2):
+    """The time each transfer may take after its startup (ms). Two devices (the article):
+    D = C·(1 − 1/(2η))/Q − ℓ, and splitting pays when V/B < D. N devices: D_N = C·(1 − 1/(Nη))/Q − (N−1)ℓ,
+    and splitting pays when 2(N−1)/N·V_w/B < D_N. Q = 0 gives math.inf (nothing to transfer)."""
     check_inputs(C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        window = as_float_array(C_ms) * _saved_fraction(eta) / as_float_array(Q) - as_float_array(latency_ms)
-    return float_or_array(np.where(as_float_array(Q) > 0, window, math.inf))
+    n = float(check_devices(n_devices))
+    C, eta, Q, latency = map(as_float_array, (C_ms, eta, Q, latency_ms))
+    window = C * _saved(eta, n) / np.where(Q > 0, Q, 1.0) - (n - 1.0) * latency
+    return float_or_array(np.where(Q > 0, window, math.inf))
 
 
 @_quiet
-def min_bandwidth_GBps(C_ms, eta, Q, latency_ms, volume_bytes):
-    """Smallest effective bandwidth that makes splitting pay: V/D, in decimal GB/s.
+def min_bandwidth_GBps(C_ms, eta, Q, latency_ms, volume_bytes, n_devices=2, wire_dtype="fp32"):
+    """Smallest effective bandwidth that makes splitting pay, in decimal GB/s.
 
-    0 when no bytes travel (or Q = 0) and the saving beats the startups; math.inf ("never") when
-    D ≤ 0: the startups alone use up the compute saved, or η ≤ 0.5.
+    Two devices (the article): B_min = V/D with D = C·(1 − 1/(2η))/Q − ℓ (`transfer_window_ms`).
+    N devices: B_min = 2(N−1)/N·V_w / (D_N·1e6). 0 when no bytes travel (or Q = 0) and the saving
+    beats the startups; math.inf ("never") when D ≤ 0: the startups alone use up the compute saved,
+    or η ≤ 1/N.
     """
     check_inputs(C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes)
-    return float_or_array(_min_bandwidth(C_ms, eta, Q, latency_ms, volume_bytes))
+    n, w = _ring(n_devices, wire_dtype)
+    C, eta, Q, latency, V = map(as_float_array, (C_ms, eta, Q, latency_ms, volume_bytes))
+    return float_or_array(_min_bandwidth(C, eta, Q, latency, V, n, w))
 
 
 @_quiet
-def min_eta(C_ms, Q, latency_ms, volume_bytes, bandwidth_GBps):
-    """Smallest local efficiency that makes splitting pay: C / (2(C − H)).
+def min_eta(C_ms, Q, latency_ms, volume_bytes, bandwidth_GBps, n_devices=2, wire_dtype="fp32"):
+    """Smallest local efficiency that makes splitting pay (dimensionless).
 
+    Two devices (the article): η_min = C / (2(C − H)). N devices: η_min = C / (N(C − H_N)).
     math.inf ("never") when C ≤ H. A value above 1 is impossible, since η ≤ 1.
     """
     check_inputs(C_ms=C_ms, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    return float_or_array(_min_eta(C_ms, _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)))
+    n, w = _ring(n_devices, wire_dtype)
+    C, Q, latency, V, B = map(as_float_array, (C_ms, Q, latency_ms, volume_bytes, bandwidth_GBps))
+    return float_or_array(_min_eta(C, _comm(Q, latency, V, B, n, w), n))
 
 
 @dataclass(frozen=True)
 class Budget:
     """Every figure of the budget for one set of inputs (floats, or arrays when an input was one).
 
-    `notes` maps a field name to the reason why it is "never" (math.inf) or impossible.
-    `efficiency` is speedup / 2 (time against resource count, not energy). From `evaluate_n`,
-    `t_two_ms` is the time on the N devices, T_N, and `efficiency` speedup / N.
+    `t_two_ms` is the time of the split on `n_devices` (T2 on two, T_N on N) and `efficiency`
+    speedup / N (time against resource count, not energy). `notes` maps a field name to the reason
+    why it is "never" (math.inf) or impossible.
     """
 
     t_one_ms: float | np.ndarray
@@ -220,9 +327,10 @@ class Budget:
     min_eta: float | np.ndarray
     overlap_bound_ms: float | np.ndarray
     notes: dict = field(default_factory=dict)
+    n_devices: int = 2
 
     def as_dict(self) -> dict:
-        """Plain numbers (lists for arrays); infinities stay math.inf."""
+        """The figures of RESULT_FIELDS as plain numbers (lists for arrays), and the notes; infinities stay math.inf."""
         out = {}
         for name in RESULT_FIELDS:
             value = getattr(self, name)
@@ -231,35 +339,28 @@ class Budget:
         return out
 
 
-
-
-
-
-
-
-
-
-
 @_quiet
-def evaluate(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps) -> Budget:
-    """The whole budget in one call; inputs may be numbers or arrays (broadcast together)."""
+def evaluate(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, n_devices=2, wire_dtype="fp32") -> Budget:
+    """The whole budget in one call: T1 = S + C, T2 = S + C/(2η) + Q(ℓ + V/B) on two devices (T_N on
+    N), speedup T1/T2, efficiency speedup/N, break-even C, minimum B and η, the overlap bound; inputs
+    may be numbers or arrays (broadcast together)."""
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
                  volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    S, C, eta_a = as_float_array(S_ms), as_float_array(C_ms), as_float_array(eta)
-    H = _comm(Q, latency_ms, volume_bytes, bandwidth_GBps)
+    n, w = _ring(n_devices, wire_dtype)
+    S, C, eta, Q, latency, V, B = map(as_float_array, (S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps))
+    H = _comm(Q, latency, V, B, n, w)
     T1 = S + C
-    T2 = S + C / (2 * eta_a) + H
-    speedup = safe_divide(T1, T2, 1.0)  # no work at all: ratio 1
-    shape = np.broadcast_shapes(S.shape, C.shape, eta_a.shape, H.shape)
-    min_b = _min_bandwidth(C, eta_a, Q, latency_ms, volume_bytes)
-    min_e = _min_eta(C, H)
+    TN = S + C / (n * eta) + H
+    speedup = safe_divide(T1, TN, 1.0)  # no work at all: ratio 1
+    min_b, min_e = _min_bandwidth(C, eta, Q, latency, V, n, w), _min_eta(C, H, n)
     values = {
-        "t_one_ms": T1, "t_two_ms": T2, "comm_ms": H, "speedup": speedup, "efficiency": speedup / 2,
-        "break_even_C_ms": _break_even(eta_a, H), "min_bandwidth_GBps": min_b, "min_eta": min_e,
-        "overlap_bound_ms": S + np.maximum(C / (2 * eta_a), H),
+        "t_one_ms": T1, "t_two_ms": TN, "comm_ms": H, "speedup": speedup, "efficiency": speedup / n,
+        "break_even_C_ms": _break_even(eta, H, n), "min_bandwidth_GBps": min_b, "min_eta": min_e,
+        "overlap_bound_ms": S + np.maximum(C / (n * eta), H),
     }
-    values = {k: float_or_array(np.broadcast_to(v, shape)) if shape else float_or_array(v) for k, v in values.items()}
-    return Budget(**values, notes=_notes(C, eta_a, Q, latency_ms, H, min_b, min_e))
+    shape = np.broadcast_shapes(S.shape, C.shape, eta.shape, H.shape)
+    values = {k: float_or_array(np.broadcast_to(v, shape)) for k, v in values.items()}
+    return Budget(**values, notes=_notes(C, eta, Q, latency, H, min_b, min_e, int(n)), n_devices=int(n))
 
 
 def check_scalar(budget: Budget, what: str = "verdict") -> None:
@@ -281,11 +382,11 @@ def _never_cause(budget: Budget, limit: str) -> str:
     return "no amount of compute makes it pay"
 
 
-def verdict(budget: Budget, N: int = 2) -> str:
-    """One plain sentence on a scalar budget: does splitting (over N devices) pay, and by how much?
+def verdict(budget: Budget) -> str:
+    """One plain sentence on a scalar budget: does splitting (over its n_devices) pay, and by how much?
     LabInputError for an array budget (`check_scalar`)."""
     check_scalar(budget)
-    t1, t2, be = budget.t_one_ms, budget.t_two_ms, budget.break_even_C_ms
+    t1, t2, be, N = budget.t_one_ms, budget.t_two_ms, budget.break_even_C_ms, budget.n_devices
     many = "two devices" if N == 2 else f"{N} devices"
     limit = "0.5" if N == 2 else f"1/{N}"
     if t2 < t1:
@@ -299,110 +400,12 @@ def verdict(budget: Budget, N: int = 2) -> str:
             f"({t1 / t2:.3g}x); {need}.")
 
 
-# --- N devices: the ring all-reduce generalisation (see the module docstring) ---
-
-
-
-
-
-@_quiet
-def wire_bytes(volume_bytes, wire_dtype="fp32"):
-    """V_w = V · (bytes per value on the wire / 4): V counted in fp32, sent as `wire_dtype` (bf16 halves it)."""
-    check_inputs(volume_bytes=volume_bytes)
-    return float_or_array(as_float_array(volume_bytes) * (WIRE_DTYPES[wire_dtype_name(wire_dtype)] / 4))
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-@_quiet
-def comm_n_ms(Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32"):
-    """H_N = Q·[(N−1)·ℓ + 2(N−1)/N · V_w/B] ms: Q ring all-reduces on N devices (= comm_ms at N = 2, fp32)."""
-    check_inputs(Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    return float_or_array(_comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, *_n_inputs(N, wire_dtype)))
-
-
-@_quiet
-def t_n_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32"):
-    """N devices, no overlap: T_N = S + C/(Nη) + H_N (ms); t_two_ms at N = 2, fp32."""
-    check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes,
-                 bandwidth_GBps=bandwidth_GBps)
-    n, scale = _n_inputs(N, wire_dtype)
-    return float_or_array(as_float_array(S_ms) + as_float_array(C_ms) / (n * as_float_array(eta))
-                          + _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale))
-
-
-@_quiet
-def break_even_C_n_ms(eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32"):
-    """Divisible compute at which T_N == T1: H_N / (1 − 1/(Nη)) ms; math.inf ("never") when η ≤ 1/N."""
-    check_inputs(eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    n, scale = _n_inputs(N, wire_dtype)
-    return float_or_array(_break_even_n(eta, _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale), n))
-
-
-@_quiet
-def min_bandwidth_n_GBps(C_ms, eta, Q, latency_ms, volume_bytes, N=2, wire_dtype="fp32"):
-    """Smallest B that makes N devices pay: 2(N−1)/N·V_w / (D_N·1e6) GB/s, with
-    D_N = (C·(1 − 1/(Nη)) − Q(N−1)ℓ)/Q ms; math.inf ("never") when D_N ≤ 0."""
-    check_inputs(C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes)
-    return float_or_array(_min_bandwidth_n(C_ms, eta, Q, latency_ms, volume_bytes, *_n_inputs(N, wire_dtype)))
-
-
-@_quiet
-def min_eta_n(C_ms, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32"):
-    """Smallest local efficiency that makes N devices pay: C / (N(C − H_N)); math.inf when C ≤ H_N."""
-    check_inputs(C_ms=C_ms, Q=Q, latency_ms=latency_ms, volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    n, scale = _n_inputs(N, wire_dtype)
-    return float_or_array(_min_eta_n(C_ms, _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale), n))
-
-
-@_quiet
-def evaluate_n(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, N=2, wire_dtype="fp32") -> Budget:
-    """The whole budget on N devices (a Budget whose t_two_ms is T_N and efficiency speedup / N).
-
-    Equal, field by field and note by note, to `evaluate` at N = 2 with fp32 on the wire.
-    """
-    check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
-                 volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
-    n, scale = _n_inputs(N, wire_dtype)
-    S, C, eta_a = as_float_array(S_ms), as_float_array(C_ms), as_float_array(eta)
-    H = _comm_n(Q, latency_ms, volume_bytes, bandwidth_GBps, n, scale)
-    T1 = S + C
-    TN = S + C / (n * eta_a) + H
-    speedup = safe_divide(T1, TN, 1.0)
-    shape = np.broadcast_shapes(S.shape, C.shape, eta_a.shape, H.shape)
-    min_b = _min_bandwidth_n(C, eta_a, Q, latency_ms, volume_bytes, n, scale)
-    min_e = _min_eta_n(C, H, n)
-    values = {
-        "t_one_ms": T1, "t_two_ms": TN, "comm_ms": H, "speedup": speedup, "efficiency": speedup / n,
-        "break_even_C_ms": _break_even_n(eta_a, H, n), "min_bandwidth_GBps": min_b, "min_eta": min_e,
-        "overlap_bound_ms": S + np.maximum(C / (n * eta_a), H),
-    }
-    values = {k: float_or_array(np.broadcast_to(v, shape)) if shape else float_or_array(v) for k, v in values.items()}
-    return Budget(**values, notes=_notes(C, eta_a, Q, latency_ms, H, min_b, min_e, int(n)))
-
-
 def devices_table(params: dict, world_sizes=(2, 4, 8), wire_dtypes=("fp32", "bf16")) -> pd.DataFrame:
     """T_N, H_N, speedup, efficiency and break-even C for each N and wire dtype, the rest `params`."""
-
-
     rows = []
     for dtype in wire_dtypes:
         for n in world_sizes:
-            b = evaluate_n(**params, N=n, wire_dtype=dtype)
+            b = evaluate(**params, n_devices=n, wire_dtype=dtype)
             rows.append({"N": n, "wire": wire_dtype_name(dtype), "ring factor 2(N-1)/N": ring_factor(n),
                          "H_N (ms)": b.comm_ms, "T_N (ms)": b.t_two_ms, "speedup": b.speedup,
                          "efficiency": b.efficiency, "break-even C (ms)": b.break_even_C_ms})

@@ -69,11 +69,6 @@ def ddp_bucket_sizes(param_bytes: list[int], bucket_cap_mb: float,
     return buckets
 
 
-def ddp_bucket_count(param_bytes: list[int], bucket_cap_mb: float, first_bucket_mb: float = FIRST_BUCKET_MB) -> int:
-    """How many all-reduces DDP issues per step (`ddp_bucket_sizes`)."""
-    return len(ddp_bucket_sizes(param_bytes, bucket_cap_mb, first_bucket_mb))
-
-
 def _mlp_param_bytes(width: int, depth: int) -> list[int]:
     sizes = []
     for _ in range(depth):
@@ -87,7 +82,7 @@ def mlp_bucket_sizes(width: int, depth: int, bucket_cap_mb: float) -> list[int]:
 
 
 def mlp_bucket_count(width: int, depth: int, bucket_cap_mb: float) -> int:
-    """`ddp_bucket_count` for the lab's MLP (weight then bias of each layer)."""
+    """How many all-reduces DDP issues per step for the lab's MLP (`mlp_bucket_sizes`)."""
     return len(mlp_bucket_sizes(width, depth, bucket_cap_mb))
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from labutils.core.arrays import as_float_array, float_or_array
 from labutils.core.busbw import bus_factor
 from labutils.core.inputs import LabInputError, check_broadcast, check_range
 from labutils.core.units import format_size
@@ -67,31 +68,35 @@ class LinkFit:
 def allreduce_ms(size_bytes, world_size, busbw_GBps, alpha_us=0.0, buckets=1):
     """All-reduce time of `size_bytes` sent in `buckets` pieces (one all-reduce each), in ms:
 
-        buckets * alpha_us / 1e3 + 2(N-1)/N * size_bytes / (busbw_GBps * 1e6)
+        time_ms = buckets · alpha_us / 1e3 + 2(N−1)/N · size_bytes / (busbw_GBps · 1e6)
 
-    The second term is the article's T = 2(N-1)/N * bytes / busbw: 200e6 bytes at 22 GB/s take
-    9.1 ms on N=2, 15.9 ms on N=8. N=1 sends nothing (0 ms); a busbw of 0 answers math.inf
-    ("never"). The one all-reduce time of the lab: the fit's predictions, the data-parallel step
-    (labutils.model.ddp_model) and the dashboards all call it. Works on numpy arrays; LabInputError for
-    a negative size, bandwidth or alpha, or N < 1.
+    nccl-tests' AllReduceGetBw read backwards (busbw = algbw · 2(N−1)/N, algbw = bytes / time):
+    the article's T = 2(N−1)/N · bytes / busbw, plus the fixed cost of each all-reduce. 200e6 bytes
+    at 22 GB/s take 9.1 ms on N = 2, 15.9 ms on N = 8. N = 1 sends nothing (0 ms), nor do 0 bytes; a
+    busbw of 0 answers math.inf ("never"). The one all-reduce time of the lab: the fit's
+    predictions, the data-parallel step (labutils.model.ddp_model) and the dashboards all call it.
+    Works on numpy arrays; LabInputError for a negative size, bandwidth or alpha, N < 1, or a
+    bucket count that is not a whole number >= 1.
     """
+    _check_allreduce(size_bytes, world_size, busbw_GBps, alpha_us, buckets)
+    size, n, busbw, alpha, k = map(as_float_array, (size_bytes, world_size, busbw_GBps, alpha_us, buckets))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wire_ms = bus_factor("all_reduce", n) * size / (busbw * 1e6)
+    time_ms = k * alpha / 1e3 + np.where(size > 0, wire_ms, 0.0)  # no bytes take no time, even at busbw 0
+    return float_or_array(np.where(n > 1, time_ms, 0.0))  # one rank exchanges nothing
+
+
+def _check_allreduce(size_bytes, world_size, busbw_GBps, alpha_us, buckets) -> None:
+    """The door of `allreduce_ms`: each input in its range, whole buckets, shapes that broadcast."""
     check_range("size_bytes", size_bytes, low=0, unit="bytes")
     check_range("busbw_GBps", busbw_GBps, low=0, unit="GB/s")
     check_range("world_size", world_size, low=1)
     check_range("alpha_us", alpha_us, low=0, high=np.inf, high_open=True, unit="us")
     check_range("buckets", buckets, low=1, high=np.inf, high_open=True, unit="all-reduces")
-    if not np.all(np.mod(np.asarray(buckets, dtype=float), 1) == 0):
+    if not np.all(np.mod(as_float_array(buckets), 1) == 0):
         raise LabInputError(f"buckets={buckets!r} must be a whole number of all-reduces")
     check_broadcast(size_bytes=size_bytes, world_size=world_size, busbw_GBps=busbw_GBps, alpha_us=alpha_us,
                     buckets=buckets)
-    n = np.asarray(world_size, dtype=float)
-    factor = bus_factor("all_reduce", n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        wire = factor * np.asarray(size_bytes, dtype=float) / (np.asarray(busbw_GBps, dtype=float) * 1e6)
-    wire = np.where((factor == 0) | (np.asarray(size_bytes, dtype=float) == 0), 0.0, wire)
-    comm = np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3 + wire
-    comm = np.where(n > 1, comm, 0.0)
-    return float(comm) if comm.ndim == 0 else comm
 
 
 def latency_term_us(world_size, alpha_step_us: float, algorithm: str = "ring"):

@@ -13,14 +13,7 @@ import numpy as np
 
 from labutils.core.arrays import as_float_array, float_or_array, safe_divide
 from labutils.core.inputs import check_range
-from labutils.model.budget import (
-    WIRE_DTYPES,
-    check_devices,
-    check_inputs,
-    ring_factor,
-    saved_fraction_n,
-    wire_dtype_name,
-)
+from labutils.model.budget import WIRE_DTYPES, check_devices, check_inputs, ring_factor, saved_fraction, wire_dtype_name
 
 
 def hardware_ratio(compute_TFLOPs, bandwidth_GBps):
@@ -37,10 +30,10 @@ def critical_intensity(compute_TFLOPs, bandwidth_GBps, eta=0.8, N=2, Q=1):
 
     from C·(1 − 1/(Nη)) > Q·2(N−1)/N·V_w/B with C = F/R. math.inf ("never") when η ≤ 1/N.
     """
+    n = check_devices(N, "N")
     check_inputs(eta=eta, Q=Q)
-    n = float(check_devices(N))
-    saved = saved_fraction_n(eta, n)
-    out = safe_divide(as_float_array(Q) * ring_factor(N), saved) * hardware_ratio(compute_TFLOPs, bandwidth_GBps)
+    saved = saved_fraction(eta, n)
+    out = safe_divide(as_float_array(Q) * ring_factor(n), saved) * hardware_ratio(compute_TFLOPs, bandwidth_GBps)
     out = np.where(saved > 0, out, math.inf)  # inf x 0 is not a number: "never" stays inf
     return float_or_array(out)
 
@@ -65,11 +58,11 @@ def critical_hidden(compute_TFLOPs, bandwidth_GBps, eta=0.8, N=2, Q=1, wire_dtyp
     if batch_tokens is None or not np.any(as_float_array(latency_ms) > 0):
         return float_or_array(as_float_array(intensity) * w / (4.0 * as_float_array(ffn_ratio)))
     check_range("batch_tokens", batch_tokens, low=0.0, low_open=True, unit="tokens")
-    n = float(check_devices(N))
-    saved = saved_fraction_n(eta, n)
+    n = check_devices(N, "N")
+    saved = saved_fraction(eta, n)
     R, B = as_float_array(compute_TFLOPs) * 1e9, as_float_array(bandwidth_GBps) * 1e6  # FLOP per ms, bytes per ms
     a = 4.0 * as_float_array(batch_tokens) * as_float_array(ffn_ratio) * saved / R
-    c = as_float_array(Q) * ring_factor(N) * as_float_array(batch_tokens) * w / B
+    c = as_float_array(Q) * ring_factor(n) * as_float_array(batch_tokens) * w / B
     d = as_float_array(Q) * (n - 1.0) * as_float_array(latency_ms)
     with np.errstate(divide="ignore", invalid="ignore"):
         h = safe_divide(c + np.sqrt(c * c + 4.0 * a * d), 2.0 * a, where=saved > 0)

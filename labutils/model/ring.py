@@ -34,8 +34,6 @@ from labutils.core.busbw import bus_factor
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.model.fit import latency_term_us
 
-PHASES = ("reduce-scatter", "all-gather")
-
 
 def _whole(name: str, value, low: int = 1, high: int | None = None) -> int:
     """check_int that also takes numpy integers (an N taken from an array)."""

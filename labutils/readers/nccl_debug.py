@@ -37,6 +37,7 @@ import pandas as pd
 
 from labutils.core.inputs import LabInputError
 from labutils.core.results import DATA_DIR, to_json
+from labutils.readers.files import read_text
 
 SAMPLES_DIR = DATA_DIR / "nccl_debug"
 
@@ -200,18 +201,10 @@ def parse_connections(text) -> list[Connection]:
 def read_connections(path) -> list[Connection]:
     """The connections of a log file (see parse_connections).
 
-    LabInputError naming the file when it does not exist, is a directory, or holds no connection
+    LabInputError naming the file when it cannot be read (`files.read_text`) or holds no connection
     line (then NCCL_DEBUG was not INFO, or the communicator never started).
     """
-    p = Path(str(path)).expanduser()
-    if not p.exists():
-        raise LabInputError(f"LOG={str(path)!r} does not exist")
-    if p.is_dir():
-        raise LabInputError(f"LOG={str(path)!r} is a directory; give the log file written with NCCL_DEBUG=INFO")
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise LabInputError(f"LOG={str(path)!r} cannot be read ({exc.strerror or exc})") from None
+    text = read_text(path, "LOG", "; give the log file written with NCCL_DEBUG=INFO")
     rows = parse_connections(text)
     if not rows:
         raise LabInputError(f"LOG={str(path)!r} holds no NCCL connection line ('Channel 00/0 : 0[0] -> 1[1] via ...'); "
@@ -236,15 +229,6 @@ def summary(rows: list[Connection]) -> pd.DataFrame:
                     "rank pairs": ", ".join(f"{a}->{b}" for a, b in pairs),
                     "meaning": transport_meaning(transport)})
     return pd.DataFrame(out, columns=["transport", "family", "connections", "channels", "rank pairs", "meaning"])
-
-
-def pair_table(rows: list[Connection]) -> pd.DataFrame:
-    """Source rank x destination rank, each cell the transport(s) NCCL used on that connection."""
-    frame = connections_frame(rows)
-    if frame.empty:
-        return pd.DataFrame()
-    joined = frame.groupby(["src_rank", "dst_rank"])["transport"].agg(lambda s: ", ".join(sorted(set(s))))
-    return joined.unstack("dst_rank").fillna("")
 
 
 def samples() -> list[Path]:

@@ -1,5 +1,5 @@
 """The nccl-tests format: reading its output (all_reduce_perf and friends) into the sweep's DataFrame
-columns, and writing the sweep as nccl-tests prints it.
+columns, deciding how many ranks a log ran on, and printing the sweep as nccl-tests prints it.
 
 Reading takes two inputs:
 - the text log. Layouts handled: current (`size count type redop root` + out-of-place and
@@ -11,7 +11,13 @@ Reading takes two inputs:
 - the JSON written with `-J FILE` (nccl-tests 2.16+): `results[*].out_of_place/in_place`.
 
 Every row read becomes two rows, `in_place` False (out-of-place half) and True (in-place half).
-The sweep's rows are printed in the same columns by labutils.readers.nccl_table, so this reader reads them back.
+
+How many ranks a log ran on (`decide_world_size`) weighs what the log says (the header's thread and
+GPU counts, the command line, NCCL INFO lines, the rank lines) against what its numbers say
+(busbw / algbw is the bus factor of N ranks), and says why when they disagree.
+
+The sweep's rows are printed in the same columns (`format_nccl_table`, `print_rows`: what
+`python -m labutils sweep` and `parse-nccl-tests` print), so this reader reads them back.
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ import pandas as pd
 
 from labutils.core.busbw import COLUMNS, DTYPE_ALIASES, DTYPES, OPS, bus_factor
 from labutils.core.inputs import LabInputError, check_choice, check_int
-from labutils.readers.nccl_table import print_rows
-from labutils.readers.nccl_world import MAX_RANKS, decide_world_size
+from labutils.core.results import to_json
+from labutils.readers.files import read_text
 
 _PREFIX = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
 _NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
@@ -49,10 +55,12 @@ _INT = re.compile(r"^-?\d+$")
 # Every program of nccl-tests (what --op may name), and those whose busbw/algbw ratio gives N.
 PROGRAMS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv", "gather",
             "scatter", "hypercube")
+RATIO_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 _TYPES = set(DTYPES) | set(DTYPE_ALIASES) | {"float", "half", "double", "int32", "uint32", "int64", "uint64",
                                              "int8", "uint8", "bfloat16", "f8e4m3", "f8e5m2"}
 _REDOPS = {"sum", "prod", "max", "min", "avg", "mulsum", "none", "all"}
 _TIME_NAMES = {"time", "cputime"}
+MAX_RANKS = 1 << 20  # far above any job; a larger count in a log is a corrupt line
 
 
 @dataclass(frozen=True)
@@ -237,10 +245,6 @@ def _log_meta(lines: list[str]) -> tuple[dict, dict]:
     return meta, evidence
 
 
-
-
-
-
 def _is_row_start(cells: list[str]) -> bool:
     return len(cells) >= 4 and bool(_NUMBER.match(cells[0]) and _NUMBER.match(cells[1])) and cells[2].lower() in _TYPES
 
@@ -365,26 +369,6 @@ def _json_float(value) -> float:
         return math.nan
 
 
-def read_log_file(path, name: str = "log") -> str:
-    """The text of a log file; LabInputError naming `name` for '', a folder, a missing or unreadable file."""
-    text = str(path)
-    if not text.strip():
-        raise LabInputError(f"{name}={text!r} names no file")
-    p = Path(text)
-    try:
-        if p.is_dir():
-            raise LabInputError(f"{name}={text!r} is a folder, not a log file")
-        if not p.exists():
-            raise LabInputError(f"{name}={text!r} does not exist")
-        if not p.is_file():
-            raise LabInputError(f"{name}={text!r} is not a regular file")
-        return p.read_text(encoding="utf-8", errors="replace")
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, LabInputError):
-            raise
-        raise LabInputError(f"{name}={text!r} cannot be read ({type(exc).__name__}: {exc})") from None
-
-
 def parse_nccl_tests(path_or_text, op: str | None = None, nranks: int | None = None) -> NcclTestsLog:
     """Parse a log file, a JSON report, or their text: JSON when the text starts with '{'.
 
@@ -397,7 +381,7 @@ def parse_nccl_tests(path_or_text, op: str | None = None, nranks: int | None = N
         nranks = check_int("nranks", nranks, low=1, high=MAX_RANKS)
     text = str(path_or_text)
     if "\n" not in text and len(text) < 4096:
-        text, source = read_log_file(text), text
+        text, source = read_text(text, "log"), text
     else:
         source = "<text>"
     if text.lstrip().startswith("{"):
@@ -411,6 +395,177 @@ def parse_nccl_tests(path_or_text, op: str | None = None, nranks: int | None = N
     log.meta["file"] = source
     return log
 
+
+# --- the world size -------------------------------------------------------------------------------
+
+def _bandwidth_pairs(rows: list[dict]) -> list[tuple[float, float]]:
+    """(algbw, busbw) of every row that printed both as finite numbers, algbw > 0."""
+    return [(r["algbw_GBps"], r["busbw_GBps"]) for r in rows
+            if all(isinstance(v, (int, float)) and math.isfinite(v) for v in (r["algbw_GBps"], r["busbw_GBps"]))
+            and r["algbw_GBps"] > 0]
+
+
+def _fits(pairs: list[tuple[float, float]], op: str, n: int) -> bool:
+    """Whether busbw = algbw * factor(n) on every pair, within the columns' rounding (2 decimals,
+    or 4 significant figures)."""
+    def slack(v):
+        return max(0.0051, 6e-4 * abs(v))
+
+    factor = bus_factor(op, n)
+    return all(abs(a * factor - b) <= slack(b) + factor * slack(a) for a, b in pairs)
+
+
+def _n_from_ratio(rows: list[dict], op: str) -> int | None:
+    """N from busbw = algbw * factor(N) on every row with a bandwidth: the one N whose factor
+    reproduces each printed busbw within its rounding (2 decimals, or 4 significant figures), else None."""
+    if op not in RATIO_OPS:
+        return None
+    pairs = _bandwidth_pairs(rows)
+    if not pairs:
+        return None
+    alg, bus = max(pairs)
+    ratio = bus / alg
+    top = 2.0 if op == "all_reduce" else 1.0
+    if not 0 <= ratio < top:
+        return None
+    guess = round(top / (top - ratio))
+    if not 1 <= guess <= MAX_RANKS:
+        return None
+    near = [n for n in (guess - 1, guess + 1) if n >= 1 and _fits(pairs, op, n)]
+    return guess if _fits(pairs, op, guess) and not near else None
+
+
+def _ranks_tell(ranks: list[int], rows: list[dict], op: str) -> bool:
+    """Whether the # Rank lines 0..k-1 can be the whole world: a log cut to its tail may keep only
+    the first ranks, so k counts only when the bandwidth columns fit k ranks and rule out k + 1."""
+    if not ranks or ranks != list(range(len(ranks))):
+        return False
+    pairs = _bandwidth_pairs(rows) if op in RATIO_OPS else []
+    if not pairs:
+        return True  # no numbers to hold them against
+    return _fits(pairs, op, len(ranks)) and not _fits(pairs, op, len(ranks) + 1)
+
+
+def decide_world_size(evidence: dict, rows: list[dict], op: str, nranks: int | None = None) -> tuple[int | None, str]:
+    """(N, which source decided and which agree) from every source a log has; LabInputError when
+    two disagree.
+
+    Sources: `nranks` (the caller's override), NCCL INFO's `nranks` (exact), the header's nThread x
+    nGpus and the command line's -g (ranks per process: the world size for one process, a multiple
+    of it across processes), the busbw/algbw ratio (exact where it singles out one N) and the `# Rank`
+    lines (a lower bound: a log cut to its tail keeps only some; the world size only when nothing
+    else speaks).
+    """
+    exact: list[tuple[str, int]] = []
+    if nranks is not None:
+        exact.append(("--nranks", nranks))
+    exact += list(evidence.get("exact", {}).items())
+    per_process = evidence.get("per_process", {})
+    multi = evidence.get("processes", 0) > 1
+    if not multi:
+        exact += [(name, n) for name, n in per_process.items()]
+    ratio_n = _n_from_ratio(rows, op)
+    if ratio_n is not None:
+        exact.append(("busbw/algbw", ratio_n))
+    ranks = evidence.get("ranks", [])
+    at_least = max(len(ranks), ranks[-1] + 1) if ranks else 0
+
+    def says(name, n):
+        return f"{name} says {n}"
+
+    if exact:
+        name, world = exact[0]
+        clash = [(m, n) for m, n in exact[1:] if n != world]
+        if clash:
+            raise LabInputError(f"world size: the log disagrees with itself: {says(name, world)}, "
+                                + ", ".join(says(m, n) for m, n in clash)
+                                + "; give the true rank count with --nranks only if the log is yours and complete")
+        if world < at_least:
+            raise LabInputError(f"world size: {says(name, world)} but the log lists a # Rank line for rank "
+                                f"{ranks[-1]} ({at_least} ranks at least)")
+        bad = [(m, p) for m, p in per_process.items() if world % p]
+        if bad:
+            raise LabInputError(f"world size: {says(name, world)} but {bad[0][0]} ({bad[0][1]} ranks per process) "
+                                "does not divide it")
+        agree = [m for m, _ in exact[1:]] + (["# Rank lines"] if ranks else [])
+        return world, name + (f" (agrees: {', '.join(agree)})" if agree else "")
+    if _ranks_tell(ranks, rows, op):
+        return len(ranks), f"{len(ranks)} # Rank lines (nothing else in the log gives the rank count)"
+    return None, "unknown: no source in the log gives the rank count (give --nranks)"
+
+
+# --- printing the sweep as nccl-tests prints it ---------------------------------------------------
+
+def _num(value: float, width: int) -> str:
+    """nccl-tests' number style: 2 decimals while they fit, then 1, 0, then exponent."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return f"{'N/A':>{width}}"
+    for text in (f"{value:.2f}", f"{value:.1f}", f"{value:.0f}"):
+        if len(text) <= width:
+            return f"{text:>{width}}"
+    return f"{value:>{width}.1e}"
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def format_nccl_table(frame: pd.DataFrame, meta: dict | None = None) -> str:
+    """The sweep as nccl-tests prints it: size, count, type, redop, root, time, algbw, busbw, #wrong,
+    then the "Out of bounds values" and "Avg bus bandwidth" lines.
+
+    A frame read from an old layout (no `root` column: every root NaN) is printed without it. The
+    summary lines quote `meta["avg_busbw_text"]` and `meta["out_of_bounds"]` when given (a parsed
+    log's own lines), else they are computed over the rows.
+    """
+    meta = meta or {}
+    lines = []
+    if meta.get("budget_ms") is not None:
+        lines.append(f"# labutils sweep: {meta.get('backend')} on {meta.get('device')}, {meta.get('world_size')} "
+                     f"rank(s), warm-up {meta.get('warmup')}, ~{meta.get('budget_ms')} ms timed per size")
+    if meta.get("backend_reason"):
+        lines.append(f"# backend: {meta['backend_reason']}")
+    has_root = bool(len(frame)) and bool(frame["root"].notna().any())
+    root_head, root_unit = (f"  {'root':>6}", f"  {'':>6}") if has_root or not len(frame) else ("", "")
+    lines.append("#")
+    lines.append(f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}{root_head}  {'time':>7}  "
+                 f"{'algbw':>6}  {'busbw':>6}  {'#wrong':>6}")
+    lines.append(f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}{root_unit}  {'(us)':>7}  "
+                 f"{'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}")
+    several_ops = frame["op"].nunique() > 1 if len(frame) else False
+    op = None
+    for r in frame.to_dict("records"):
+        if several_ops and r["op"] != op:
+            op = r["op"]
+            lines.append(f"# --- {op}")
+        dtype = DTYPES.get(r["dtype"], (r["dtype"], 0))[0]
+        wrong = "N/A" if _missing(r["wrong"]) else f"{int(r['wrong'])}"
+        root = "" if not root_head else f"  {'N/A' if _missing(r['root']) else int(r['root']):>6}"
+        lines.append(f"{int(r['size_bytes']):>12}  {int(r['count']):>12}  {dtype:>8}  {r['redop']:>6}{root}  "
+                     f"{_num(r['time_us'], 7)}  {_num(r['algbw_GBps'], 6)}  {_num(r['busbw_GBps'], 6)}  {wrong:>6}")
+    bad = meta.get("out_of_bounds")
+    if bad is None:
+        bad = int((frame["wrong"].fillna(0) > 0).sum()) if len(frame) else 0
+    lines.append(f"# {'Out of bounds values':<20} : {bad} {'FAILED' if bad else 'OK'}")
+    avg = meta.get("avg_busbw_text")
+    if avg is None:
+        avg = f"{float(frame['busbw_GBps'].mean()) if len(frame) else math.nan:g}"
+    lines.append(f"# {'Avg bus bandwidth':<20} : {avg}")
+    lines.append("#")
+    return "\n".join(lines)
+
+
+def print_rows(frame: pd.DataFrame, meta: dict | None, as_json: bool, as_csv: bool) -> None:
+    """Print rows as JSON records, CSV, or the nccl-tests table (shared by sweep and parse-nccl-tests)."""
+    if as_json:
+        print(to_json(frame.to_dict("records")))
+    elif as_csv:
+        print(frame.to_csv(index=False), end="")
+    else:
+        print(format_nccl_table(frame, meta))
+
+
+# --- nccl-tests against the lab's sweep -----------------------------------------------------------
 
 def compare_with_sweep(log_frame: pd.DataFrame, sweep_frame: pd.DataFrame) -> pd.DataFrame:
     """busbw of nccl-tests (out-of-place) and of the lab's sweep at the sizes both measured."""

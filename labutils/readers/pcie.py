@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from labutils.core.commands import tool_output
 from labutils.core.inputs import LabInputError, check_choice
+from labutils.readers.files import read_text
 from labutils.readers.links import LinkFigure, pcie_figure, range_kind
 
 GT_PER_LANE = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
@@ -193,12 +194,8 @@ def parse_lspci(text: str, source: str = "text") -> tuple[PciDevice, ...]:
 
 
 def read_lspci_file(path) -> tuple[PciDevice, ...]:
-    from pathlib import Path
-
-    p = Path(path)
-    if not p.is_file():
-        raise LabInputError(f"lspci={str(path)!r} does not exist")
-    return parse_lspci(p.read_text(encoding="utf-8", errors="replace"), source=str(path))
+    """Every device of a saved `lspci -vvv` output (see parse_lspci)."""
+    return parse_lspci(read_text(path, "lspci", "; give a saved `lspci -vvv` output"), source=str(path))
 
 
 def nvidia_gpus(devices) -> list[PciDevice]:

@@ -1,7 +1,10 @@
-"""What joins the devices: `nvidia-smi topo -m` read into a frozen Topology, each GPU pair's path
-classified in plain words, the route its bytes take (peer-to-peer, or through host memory where
-peer access is off, NCCL's default beyond PXB), and the bandwidth that path can carry from
-`data/link_table.csv`. A GPU's own PCIe link (generation, width) comes from NVML (`host_link`).
+"""What joins the devices: `nvidia-smi topo -m` read into a frozen Topology (`parse_topology`, the
+shipped samples in data/topologies/), each GPU pair's path classified in plain words (`classify`,
+`pair_path`), the route its bytes take (peer-to-peer, or through host memory where peer access is
+off, NCCL's default beyond PXB), the bandwidth that path can carry from `data/link_table.csv`
+(`expected_figure`), the pair or group a ring should use (`choose_pair`, `group_bottleneck`), the
+live machine (nvidia-smi, NVML: `live_topology`, `nvml_facts`, a GPU's own PCIe link `host_link`)
+and the `topo` command.
 
 Link codes of `nvidia-smi topo -m`, fastest first:
     NV#  a bonded set of # NVLinks (directly or through NVSwitch)
@@ -12,50 +15,412 @@ Link codes of `nvidia-smi topo -m`, fastest first:
     SYS  across NUMA nodes: PCIe plus the socket-to-socket link (QPI/UPI); older drivers say SOC
 A ring all-reduce moves every byte over every link of the ring, so its busbw is bounded by the
 slowest path in the ring: pick GPUs whose paths are all fast.
-
-The parser and samples are labutils.readers.topology_matrix, the paths and expectations
-labutils.readers.topology_paths; this module reads the live machine (nvidia-smi, NVML), writes the reports,
-runs the `topo` command, and re-exports both (notebooks and the doctor import from here).
 """
 
 from __future__ import annotations
 
+import itertools
+import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 from labutils.core.commands import tool_output
-from labutils.readers.pcie import GT_PER_LANE, WIDTHS
-from labutils.readers.topology_matrix import (
-    ATTRIBUTES,
-    DEFAULT_PCIE_GEN,
-    MAX_NVLINKS,
-    SAMPLES_DIR,
-    Topology,
-    TopologyParseError,
-    device_name,
-    list_samples,
-    load_sample,
-    parse_topology,
-    read_topology_file,
-    sample_facts,
-    sample_pcie_gen,
-    strip_ansi,
-)
-from labutils.readers.topology_paths import (
-    HOST_MEMORY,
-    P2P_BY_DEFAULT,
-    PATHS,
-    PairChoice,
-    PairPath,
-    choose_pair,
-    classify,
-    expected_figure,
-    group_bottleneck,
-    pair_path,
-    pair_paths,
-    path_route,
-    path_table,
-)
+from labutils.core.inputs import LabInputError, check_choice
+from labutils.core.results import DATA_DIR
+from labutils.readers.files import read_text
+from labutils.readers.links import LinkFigure, link_figure, link_figures, nvlink_figure, pcie_figure, range_kind
+from labutils.readers.pcie import GT_PER_LANE, WIDTHS, pcie_band, scale_to_pcie
+
+# ---- the matrix ------------------------------------------------------------------------------
+
+SAMPLES_DIR = DATA_DIR / "topologies"
+DEFAULT_PCIE_GEN = 4
+ATTRIBUTES = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_CODE = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
+MAX_NVLINKS = 64  # bonded NVLinks between two GPUs: 18 on today's largest parts; more is a corrupt file
+_DEVICE = re.compile(r"^[A-Za-z][\w.:-]*\d$")  # GPU0, NIC3, mlx5_0: a device name ends in a digit
+_NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+
+class TopologyParseError(LabInputError):
+    """`nvidia-smi topo -m` text that cannot be read; the message names the line and why."""
+
+    def __init__(self, line_no: int | None, why: str):
+        where = f"line {line_no}: " if line_no is not None else ""
+        super().__init__(f"topology text, {where}{why}")
+        self.line_no = line_no
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The matrix of `nvidia-smi topo -m`.
+
+    `devices` are the header's columns in order (GPUs first, then NICs); `matrix[i][j]` is the
+    link code between devices i and j. The per-GPU tuples hold CPU affinity ("0-23,48-71"),
+    NUMA affinity and GPU NUMA ID as printed (None where absent or "N/A"). `nic_names` pairs
+    NIC columns with the NIC legend's device names (("NIC0", "mlx5_0"), ...).
+    """
+
+    devices: tuple[str, ...]
+    matrix: tuple[tuple[str, ...], ...]
+    cpu_affinity: tuple[str | None, ...]
+    numa_affinity: tuple[str | None, ...]
+    gpu_numa_id: tuple[str | None, ...]
+    nic_names: tuple[tuple[str, str], ...] = ()
+    attributes: tuple[str, ...] = ()
+    source: str = ""
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        return tuple(d for d in self.devices if re.fullmatch(r"GPU\d+", d))
+
+    @property
+    def nics(self) -> tuple[str, ...]:
+        return tuple(d for d in self.devices if d not in self.gpus)
+
+    def link(self, a: str | int, b: str | int) -> str:
+        """The code between two devices, given as names ("GPU0") or GPU indices."""
+        i, j = self.devices.index(device_name(self, a)), self.devices.index(device_name(self, b))
+        return self.matrix[i][j]
+
+    def gpu_links(self) -> dict[str, dict[str, str]]:
+        """{"GPU0": {"GPU1": "PHB", ...}, ...} without the diagonal."""
+        return {a: {b: self.link(a, b) for b in self.gpus if b != a} for a in self.gpus}
+
+    def nic_name(self, nic: str) -> str:
+        return dict(self.nic_names).get(nic, nic)
+
+
+def device_name(topo: Topology, device: str | int) -> str:
+    """The name of a device given as a name ("GPU0") or a GPU index; LabInputError if absent."""
+    name = f"GPU{device}" if isinstance(device, int) else str(device)
+    if name not in topo.devices:
+        raise LabInputError(f"device={device!r} is not one of: {', '.join(topo.devices)}")
+    return name
+
+
+def strip_ansi(text: str) -> str:
+    """Remove terminal colour/underline/bold codes (nvidia-smi underlines its header)."""
+    return _ANSI.sub("", text)
+
+
+def _header(line: str, line_no: int) -> tuple[list[str], list[str]]:
+    """Device columns and attribute columns of the header line."""
+    cut = min([line.find(a) for a in ATTRIBUTES if a in line] or [len(line)])
+    devices = line[:cut].split()
+    attrs = sorted((a for a in ATTRIBUTES if a in line), key=line.find)
+    leftover = line[cut:]
+    for a in attrs:
+        leftover = leftover.replace(a, "", 1)
+    if leftover.strip():
+        raise TopologyParseError(line_no, f"unknown header column(s) {leftover.split()} after the devices")
+    bad = [d for d in devices if not _DEVICE.match(d)]
+    if bad:
+        raise TopologyParseError(line_no, f"header column {bad[0]!r} is not a device name")
+    gpus = [d for d in devices if d.startswith("GPU")]
+    if gpus != [f"GPU{i}" for i in range(len(gpus))] or devices[:len(gpus)] != gpus:
+        raise TopologyParseError(line_no, f"GPU columns must come first as GPU0, GPU1, ... in order, got {gpus}")
+    return devices, attrs
+
+
+def _find_header(lines: list[str]) -> int:
+    for i, line in enumerate(lines):
+        tokens = line.split()
+        if "GPU0" in tokens and not any(_CODE.match(t) for t in tokens):
+            return i
+    raise TopologyParseError(None, "no header line naming GPU0 (is this `nvidia-smi topo -m` output?)")
+
+
+def parse_topology(text: str, source: str = "text") -> Topology:
+    """Read `nvidia-smi topo -m` output: tab- or space-separated, with or without ANSI codes,
+    NIC rows, NUMA columns or NIC legend. Raises TopologyParseError naming the line and why."""
+    lines = strip_ansi(text).replace("\r", "").splitlines()
+    h = _find_header(lines)
+    devices, attrs = _header(lines[h], h + 1)
+    n = len(devices)
+    rows: dict[str, tuple[list[str], list[str], int]] = {}
+    end = h + 1
+    for end in range(h + 1, len(lines) + 1):
+        if end == len(lines) or not lines[end].strip() or lines[end].strip().startswith("Legend"):
+            break
+        line_no, tokens = end + 1, lines[end].split()
+        name = tokens[0]
+        if name not in devices:
+            raise TopologyParseError(line_no, f"row {name!r} is not one of the header's columns {devices}")
+        if name in rows:
+            raise TopologyParseError(line_no, f"row {name} appears twice")
+        cells, rest = tokens[1:1 + n], tokens[1 + n:]
+        if len(cells) < n:
+            raise TopologyParseError(line_no, f"row {name} has {len(cells)} link cell(s); the header names {n} devices")
+        for col, code in zip(devices, cells):
+            if not _CODE.match(code):
+                raise TopologyParseError(line_no, f"unknown link code {code!r} in row {name}, column {col} "
+                                                  "(expected X, NV#, PIX, PXB, PHB, NODE or SYS)")
+            if code.startswith("NV") and not 1 <= int(code[2:]) <= MAX_NVLINKS:
+                raise TopologyParseError(line_no, f"link code {code!r} in row {name}, column {col} names "
+                                                  f"{int(code[2:])} NVLinks; "
+                                                  f"the allowed range is NV1 to NV{MAX_NVLINKS}")
+        if len(rest) > len(attrs):
+            raise TopologyParseError(line_no, f"row {name} has {len(rest)} cell(s) after the link columns "
+                                              f"but the header names {len(attrs)}: {list(attrs)}")
+        rows[name] = (cells, rest, line_no)
+    gpus = [d for d in devices if d.startswith("GPU")]
+    missing = [g for g in gpus if g not in rows]
+    if missing:
+        raise TopologyParseError(end + 1, f"the matrix ends before the row(s) of {missing}")
+    matrix = _square(devices, rows)
+    info = {g: dict(zip(attrs, [None if v == "N/A" else v for v in rows[g][1]])) for g in gpus}
+    legend = tuple((m.group(1), m.group(2)) for m in map(_NIC_LEGEND.match, lines[end:]) if m)
+    return Topology(
+        devices=tuple(devices), matrix=matrix,
+        cpu_affinity=tuple(info[g].get("CPU Affinity") for g in gpus),
+        numa_affinity=tuple(info[g].get("NUMA Affinity") for g in gpus),
+        gpu_numa_id=tuple(info[g].get("GPU NUMA ID") for g in gpus),
+        nic_names=legend, attributes=tuple(attrs), source=source)
+
+
+def _square(devices: list[str], rows: dict) -> tuple[tuple[str, ...], ...]:
+    """The full matrix; a NIC row that is absent is read from its column ("?" between two such
+    NICs). Checks the diagonal and symmetry."""
+    n = len(devices)
+    grid = [[rows[d][0][j] if d in rows else None for j in range(n)] for d in devices]
+    for i, j in itertools.product(range(n), range(n)):
+        if grid[i][j] is None:
+            grid[i][j] = "X" if i == j else rows[devices[j]][0][i] if devices[j] in rows else "?"
+    for i, d in enumerate(devices):
+        line_no = rows[d][2] if d in rows else None
+        if grid[i][i] != "X":
+            raise TopologyParseError(line_no, f"row {d} must read X against itself, got {grid[i][i]!r}")
+        for j in range(i):
+            if grid[i][j] == "X":
+                raise TopologyParseError(line_no, f"row {d} reads X against {devices[j]} (X means the device itself)")
+            if grid[i][j] != grid[j][i]:
+                raise TopologyParseError(line_no, f"{d}-{devices[j]} reads {grid[i][j]} but {devices[j]}-{d} "
+                                                  f"reads {grid[j][i]}; the matrix must be symmetric")
+    return tuple(tuple(r) for r in grid)
+
+
+# ---- the shipped samples --------------------------------------------------------------------
+
+def list_samples() -> list[str]:
+    """Names of the shipped samples in data/topologies/ (file stems)."""
+    return sorted(p.stem for p in SAMPLES_DIR.glob("*.txt"))
+
+
+def sample_facts() -> pd.DataFrame:
+    """data/topologies/samples.csv: name, title, gpu, pcie_gen, modelled_on."""
+    return pd.read_csv(SAMPLES_DIR / "samples.csv")
+
+
+def sample_pcie_gen(name: str) -> int:
+    facts = sample_facts().set_index("name")
+    return int(facts.loc[name, "pcie_gen"]) if name in facts.index else DEFAULT_PCIE_GEN
+
+
+def read_topology_file(path: str | Path) -> Topology:
+    """Parse a saved `nvidia-smi topo -m` output; a bare sample name (e.g. "two_gpu_sys") also works."""
+    if str(path) in list_samples() and not Path(str(path)).exists():
+        path = SAMPLES_DIR / f"{path}.txt"
+    hint = f"; give a saved `nvidia-smi topo -m` or a sample: {', '.join(list_samples())}"
+    return parse_topology(read_text(path, "file", hint), source=str(path))
+
+
+def load_sample(name: str) -> Topology:
+    check_choice("sample", name, list_samples())
+    return read_topology_file(SAMPLES_DIR / f"{name}.txt")
+
+
+# ---- paths: what each code means and carries ----------------------------------------------
+
+# code -> (speed rank, higher is faster; the short name of the path; the path in plain words)
+PATHS = {
+    "PIX": (5, "same PCIe switch", "at most one PCIe bridge between them: peer traffic turns round "
+            "inside one PCIe switch and never reaches the CPU"),
+    "PXB": (4, "across PCIe switches", "several PCIe bridges (a tree of switches) between them, "
+            "still without passing through the CPU's host bridge"),
+    "PHB": (3, "through the host bridge", "traffic climbs to the CPU's PCIe root complex (host "
+            "bridge) and back down to the other GPU"),
+    "NODE": (2, "across host bridges, one NUMA node", "traffic crosses from one PCIe host bridge to "
+             "another inside the same CPU socket"),
+    "SYS": (1, "across NUMA nodes / sockets", "traffic crosses PCIe and the socket-to-socket link "
+            "(QPI/UPI/Infinity Fabric): the slowest path inside one machine"),
+}
+
+
+@dataclass(frozen=True)
+class PairPath:
+    """One GPU pair: its code, path class, plain-language description, expected range (decimal
+    GB/s per direction) with the table row it came from, and its route ("NVLink", "peer-to-peer"
+    or "through host memory", see `path_route`)."""
+
+    a: str
+    b: str
+    code: str
+    path_class: str
+    rank: int
+    nvlinks: int
+    description: str
+    low_GBps: float
+    high_GBps: float
+    reference: str
+    route: str = ""
+
+
+P2P_BY_DEFAULT = ("PIX", "PXB")  # NCCL's default P2P level is PXB (src/graph/paths.cc)
+HOST_MEMORY = "through host memory"
+
+
+def _code(code) -> str:
+    """A link code as a string, SOC read as SYS; LabInputError naming it when it is no string."""
+    if not isinstance(code, str) or not code.strip():
+        raise LabInputError(f"code={code!r} is not a link code (NV#, PIX, PXB, PHB, NODE or SYS)")
+    code = code.strip()
+    return "SYS" if code == "SOC" else code
+
+
+def _nvlinks(code) -> int:
+    """The # of an NV# code, or LabInputError naming the code (NV1 to NV{MAX_NVLINKS})."""
+    digits = str(code)[2:]
+    if not digits.isdigit() or not 1 <= int(digits) <= MAX_NVLINKS:
+        raise LabInputError(f"code={code!r} is not an NVLink code NV1 to NV{MAX_NVLINKS}")
+    return int(digits)
+
+
+def path_route(code: str, p2p: bool | None = None) -> str:
+    """How the bytes of a GPU pair travel: "NVLink", "peer-to-peer" or "through host memory".
+
+    `p2p` is whether the two GPUs have peer access (torch.cuda.can_device_access_peer on a live
+    machine); None means unknown, and then NCCL's default decides: peer-to-peer up to PXB (one or
+    several PCIe switches), through host memory beyond (PHB, NODE, SYS). Without peer access,
+    every byte is copied GPU -> host memory -> GPU.
+    """
+    code = _code(code)
+    if code.startswith("NV"):
+        return "NVLink"
+    if p2p is None:
+        p2p = code in P2P_BY_DEFAULT
+    return "peer-to-peer" if p2p else HOST_MEMORY
+
+
+def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, p2p: bool | None = None,
+                    width: int = 16) -> LinkFigure:
+    """The table's range (GB/s per direction) for one link code on PCIe `pcie_gen` x`width`.
+
+    NV#: `nvlink_figure(#)`. PIX, PXB, PHB, NODE: their own rows (the PCIe link's rate) when the
+    pair goes peer-to-peer, the "through host memory" row (half to all of a clean link's typical
+    figure) when it does not (`path_route`). SYS: low = the source article's measured 22 GB/s on
+    PCIe 5.0 x16 (22 of 63, carried to other links by the specification's ratio), high = a clean
+    link's typical figure (~50 GB/s on PCIe 5.0 x16). Rows stated for PCIe 5.0 x16 are carried over
+    by `pcie.scale_to_pcie`; the figure's name says the route.
+    """
+    code = _code(code)
+    if code.startswith("NV"):
+        return nvlink_figure(_nvlinks(code))
+    if code not in PATHS:
+        raise LabInputError(f"code={code!r} is not a GPU-to-GPU link code (X excluded)")
+    way = path_route(code, p2p)
+    if code == "SYS":
+
+        row = link_figure("PCIe 5.0 x16 across sockets (SYS)")
+        this = pcie_band(pcie_gen, width)
+        low = round(this.high_GBps * row.low_GBps / pcie_figure(5).high_GBps, 3)
+        return LinkFigure(f"SYS across sockets, {way} (PCIe {pcie_gen}.0 x{width})", "SYS", low, this.low_GBps,
+                          range_kind("measured busbw", this.low_kind),
+                          f"{row.source}; carried to PCIe {pcie_gen}.0 x{width} by its specification's ratio "
+                          f"(22 of 63 GB/s); high end: the low end of {this.name} ({this.low_kind})",
+                          "measured busbw")
+    if way == HOST_MEMORY:
+        host = next(f for f in link_figures("HOST"))
+        fig = scale_to_pcie(host, pcie_gen, width)
+        return LinkFigure(f"{code} {fig.name}", code, fig.low_GBps, fig.high_GBps, fig.kind, fig.source, fig.low_kind)
+    return scale_to_pcie(next(f for f in link_figures(code)), pcie_gen, width)
+
+
+def path_table(pcie_gen: int = DEFAULT_PCIE_GEN, width: int = 16) -> pd.DataFrame:
+    """The legend with its expectations: per code (NV#, PIX, PXB, PHB, NODE, SYS) the path in
+    words, the route NCCL takes by default, the range (GB/s per direction on PCIe `pcie_gen` x
+    `width`; NV# for a pair of consumer cards bridged by 4 links) and where the figures come from."""
+    rows = []
+    for code in ("NV4", *PATHS):
+        rank, short, words, _ = classify(code)
+        fig = expected_figure(code, pcie_gen, None, width)
+        rows.append({"code": "NV#" if code.startswith("NV") else code, "path": short, "what the bytes cross": words,
+                     "route by default": path_route(code), "low_GBps": fig.low_GBps, "high_GBps": fig.high_GBps,
+                     "from": fig.name, "source": fig.source})
+    return pd.DataFrame(rows).set_index("code")
+
+
+def classify(code: str) -> tuple[int, str, str, int]:
+    """(speed rank, class name, plain-language description, NVLink count) for one code."""
+    code = _code(code)
+    if code.startswith("NV"):
+        links = _nvlinks(code)
+        return (100 + links, f"NVLink x{links}", f"{links} bonded NVLink(s) joining the two GPUs directly "
+                f"(or through NVSwitch): traffic never touches PCIe or the CPU", links)
+    if code not in PATHS:
+        raise LabInputError(f"code={code!r} is not a GPU-to-GPU link code (X excluded)")
+    rank, short, words = PATHS[code]
+    return rank, short, words, 0
+
+
+def pair_path(topo: Topology, a: str | int, b: str | int, pcie_gen: int = DEFAULT_PCIE_GEN,
+              p2p: bool | None = None, width: int = 16) -> PairPath:
+    """The path between GPUs `a` and `b`; `p2p` is their peer access when known (see `path_route`)."""
+    a, b = device_name(topo, a), device_name(topo, b)
+    code = topo.link(a, b)
+    if code == "X":
+        raise LabInputError(f"pair=({a}, {b}) names the same device twice")
+    rank, short, words, links = classify(code)
+    fig = expected_figure(code, pcie_gen, p2p, width)
+    way = path_route(code, p2p)
+    if way == HOST_MEMORY:
+        words += "; without peer-to-peer the bytes are copied through host memory on the way"
+    return PairPath(a, b, code, short, rank, links, words, fig.low_GBps, fig.high_GBps, fig.name, way)
+
+
+def pair_paths(topo: Topology, pcie_gen: int = DEFAULT_PCIE_GEN) -> list[PairPath]:
+    """Every GPU pair (a < b), in matrix order."""
+    return [pair_path(topo, a, b, pcie_gen) for a, b in itertools.combinations(topo.gpus, 2)]
+
+
+@dataclass(frozen=True)
+class PairChoice:
+    """The pair to pick for a 2-GPU job, the slowest pair in the group, and why."""
+
+    best: PairPath
+    worst: PairPath
+    reason: str
+
+
+def choose_pair(topo: Topology, among=None, pcie_gen: int = DEFAULT_PCIE_GEN) -> PairChoice:
+    """The fastest-joined pair among `among` (GPU indices or names; all GPUs by default).
+
+    Ties go to the lowest indices. A 2-GPU all-reduce runs over exactly this one path, so its
+    busbw is bounded by the path's range.
+    """
+    names = [device_name(topo, g) for g in (among if among is not None else topo.gpus)]
+    if len(set(names)) < 2:
+        raise LabInputError(f"among={among!r} must name at least two different GPUs")
+    paths = [pair_path(topo, a, b, pcie_gen) for a, b in itertools.combinations(names, 2)]
+    best = max(paths, key=lambda p: p.rank)
+    worst = min(paths, key=lambda p: p.rank)
+    reason = (f"{best.a} and {best.b} are joined by {best.code} ({best.path_class}): {best.description}. "
+              f"Expect about {best.low_GBps:g}-{best.high_GBps:g} GB/s per direction ({best.reference}).")
+    if worst.rank < best.rank:
+        reason += (f" Avoid pairs like {worst.a}-{worst.b} ({worst.code}, {worst.path_class}, "
+                   f"{worst.low_GBps:g}-{worst.high_GBps:g} GB/s).")
+    return PairChoice(best, worst, reason)
+
+
+def group_bottleneck(topo: Topology, gpus, pcie_gen: int = DEFAULT_PCIE_GEN) -> PairPath:
+    """The slowest path between two members of `gpus`. A ring that spans the group must cross
+    from one side of such a path to the other, so this path bounds the group's all-reduce busbw
+    (NCCL may order the ring to cross it as few times as possible, never zero times)."""
+    return choose_pair(topo, gpus, pcie_gen).worst
+
 
 # ---- the live machine ----------------------------------------------------------------------
 
@@ -242,8 +607,6 @@ def add_cli(subparsers) -> None:
 
 
 def _cli(args) -> int:
-    import json
-
     if args.file is not None:
         topo = read_topology_file(args.file)
         gen = args.pcie_gen or sample_pcie_gen(Path(args.file).stem)
@@ -258,46 +621,3 @@ def _cli(args) -> int:
         gen = args.pcie_gen or pcie_gen_of(nvml_facts()[0])
     print(json.dumps(summary(topo, gen), indent=2) if args.json else describe(topo, gen))
     return 0
-
-
-# What `from labutils.readers.topology import ...` offers: this module's own names and the two it re-exports.
-__all__ = [
-    "ATTRIBUTES",
-    "DEFAULT_PCIE_GEN",
-    "GpuFacts",
-    "HOST_MEMORY",
-    "HostLink",
-    "MAX_NVLINKS",
-    "P2P_BY_DEFAULT",
-    "PATHS",
-    "PairChoice",
-    "PairPath",
-    "SAMPLES_DIR",
-    "Topology",
-    "TopologyParseError",
-    "add_cli",
-    "choose_pair",
-    "classify",
-    "describe",
-    "device_name",
-    "expected_figure",
-    "format_matrix",
-    "group_bottleneck",
-    "host_link",
-    "list_samples",
-    "live_topology",
-    "load_sample",
-    "nvml_facts",
-    "pair_path",
-    "pair_paths",
-    "parse_topology",
-    "path_route",
-    "path_table",
-    "pcie_gen_of",
-    "read_topology_file",
-    "run_nvidia_smi",
-    "sample_facts",
-    "sample_pcie_gen",
-    "strip_ansi",
-    "summary",
-]

@@ -1,5 +1,5 @@
-"""One pattern for the lab's dashboards (`labutils.show.widgets`): controls -> pure compute -> the
-readout and the figure updated in place.
+"""One pattern for the lab's dashboards (`labutils.show.budget_dashboard`, `labutils.show.ddp_dashboard`):
+controls -> pure compute -> the readout and the figure updated in place.
 
 A dashboard is a frozen dataclass over its widgets. `refresh`, observed on every control, reads
 the controls (`values`), calls `compute`, a pure function of those values taken from the model
@@ -16,6 +16,11 @@ import html
 import io
 from dataclasses import dataclass
 
+import ipywidgets as w
+from IPython.display import HTML, Image, display
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
 WIDTH = "430px"  # the controls' and the readout's column
 LABEL = {"description_width": "150px"}
 
@@ -28,9 +33,6 @@ def error_html(exc: BaseException) -> str:
 
 def agg_figure(dpi: int, **adjust):
     """A 9 x 4 inch matplotlib Figure on an Agg canvas (no pyplot, no backend state), margins `adjust`."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     figure = Figure(figsize=(9.0, 4.0), dpi=dpi)
     FigureCanvasAgg(figure)
     figure.subplots_adjust(**adjust)
@@ -47,8 +49,6 @@ def figure_png(figure) -> bytes:
 def layout(controls: list, image_width: str):
     """The dashboard's widgets: the controls column beside the readout, the figure below.
     Returns (box, readout, image)."""
-    import ipywidgets as w
-
     readout = w.HTML(layout=w.Layout(width=WIDTH))
     readout.add_class("lab-readout")
     image = w.Image(format="png", layout=w.Layout(width=image_width))
@@ -64,7 +64,6 @@ class Dashboard:
     `draw` and `readout_html`; `_state` keeps the last numbers, plus private keys starting with
     "_" (artists, a kept background) that `state()` leaves out. Display it (`dash` as the last line
     of a cell)."""
-
     sliders: dict
     readout: object
     image: object
@@ -116,8 +115,6 @@ class Dashboard:
 
     def show_static(self) -> None:
         """Display the current figure and readout as plain outputs (kept in exported HTML)."""
-        from IPython.display import HTML, Image, display
-
         display(Image(self.png()))
         display(HTML(self.readout.value))
 

@@ -1,18 +1,21 @@
 """The lab's figures share one look: labelled axes with units, log axes where sizes span decades,
 colours that read on light and dark themes. Arithmetic never lives here.
 
-Here: the look (`apply_style`, `new_figure`, `bytes_axis`), the topology and copy figures
-(notebook 01) and the all-reduce sweep figures (02-04). The time budget's figures are in
-`labutils.show.plots_budget`, the training figures (data-parallel, split layer) in `labutils.show.plots_training`.
+Here: the look (`apply_style`, `new_figure`, `bytes_axis`, `PALETTE`) and the all-reduce figures of
+notebooks 02-04 (busbw against size, the alpha-beta fit, the latency terms). Each other chapter draws
+in its own module: `topology_plots` (01), `ring_draw` (03), `tp_plots` (05, 07), `budget_plots` (06),
+`ddp_plots` (08), `timeline_view` (07, 08), and the dashboards `budget_dashboard` (06) and
+`ddp_dashboard` (08) on the pattern of `dashboard`.
 """
 
 from __future__ import annotations
 
 import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import FuncFormatter, LogLocator
 
 from labutils.core.units import format_size
-from labutils.readers.topology import PATHS
 
 # Colour-blind-safe palette (Okabe-Ito) that keeps contrast on white and on dark backgrounds.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#999999"]
@@ -42,81 +45,17 @@ def apply_style() -> None:
 
 def new_figure(nrows: int = 1, ncols: int = 1, **kwargs):
     """A styled (fig, ax) pair, like plt.subplots."""
-    import matplotlib.pyplot as plt
-
     apply_style()
     return plt.subplots(nrows, ncols, **kwargs)
 
 
 def bytes_axis(ax, axis: str = "x", label: str = "message size (bytes, 1024-based)") -> None:
     """Log2 axis whose ticks read 1K, 64K, 1M, ... ."""
-    from matplotlib.ticker import FuncFormatter, LogLocator
-
     target = ax.xaxis if axis == "x" else ax.yaxis
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2)
     target.set_major_locator(LogLocator(base=4))
     target.set_major_formatter(FuncFormatter(lambda v, _: format_size(v)))
     (ax.set_xlabel if axis == "x" else ax.set_ylabel)(label)
-
-
-# --- topology figures ---
-def topology_heatmap(topo, ax=None, title: str | None = None):
-    """GPU-to-GPU link classes of a Topology as a colour-coded matrix, fastest paths darkest,
-    each cell labelled with its nvidia-smi code. Returns the axes."""
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
-
-    order = ["SYS", "NODE", "PHB", "PXB", "PIX", "NV#"]  # slowest to fastest
-    colours = ["#D55E00", "#E69F00", "#F0E442", "#56B4E9", "#0072B2", "#009E73"]
-    gpus = topo.gpus
-    step = lambda c: order.index("NV#" if c.startswith("NV") else "SYS" if c == "SOC" else c)  # noqa: E731
-    grid = np.full((len(gpus), len(gpus)), np.nan)
-    for i, a in enumerate(gpus):
-        for j, b in enumerate(gpus):
-            if i != j:
-                grid[i, j] = step(topo.link(a, b))
-    if ax is None:
-        size = min(9.0, 2.2 + 0.45 * len(gpus))
-        _, ax = new_figure(figsize=(size + 2.8, size))
-    ax.imshow(np.ma.masked_invalid(grid), cmap=ListedColormap(colours), vmin=-0.5, vmax=len(order) - 0.5)
-    for i, a in enumerate(gpus):
-        for j, b in enumerate(gpus):
-            dark = i != j and order[int(grid[i, j])] in ("SYS", "PIX", "NV#")
-            ax.text(j, i, topo.link(a, b), ha="center", va="center", color="white" if dark else "black",
-                    fontsize=8 if len(gpus) <= 8 else 6)
-    ax.set_xticks(range(len(gpus)), gpus, rotation=90 if len(gpus) > 8 else 0)
-    ax.set_yticks(range(len(gpus)), gpus)
-    ax.grid(False)
-    ax.set_xlabel("to GPU")
-    ax.set_ylabel("from GPU")
-    words = {"NV#": "NVLink (# links)", **{k: v[1] for k, v in PATHS.items()}}
-    present = sorted({step(topo.link(a, b)) for a in gpus for b in gpus if a != b}, reverse=True)
-    ax.legend(handles=[Patch(color=colours[k], label=f"{order[k]}: {words[order[k]]}") for k in present],
-              loc="upper left", bbox_to_anchor=(1.02, 1.0), title="path, fastest first")
-    ax.set_title(title or f"Link classes: {topo.source.rsplit('/', 1)[-1]}")
-    return ax
-
-
-def copy_bandwidth_bars(frame, expected=None, ax=None):
-    """Measured copy bandwidths (GB/s) as bars, one per row of `frame` (copies.measure_copies);
-    `expected` is a list aligned with the rows of (low, high) bands from the link table
-    (copies.Band or tuples), or None per row, drawn as a grey band behind the bar."""
-    labels = [f"{r.kind} {r.src}->{r.dst}" for r in frame.itertuples()]
-    if ax is None:
-        _, ax = new_figure(figsize=(max(6.0, 0.6 * len(labels) + 2), 4.2))
-    shown = False
-    for k, band in enumerate(expected or []):
-        if band is not None:
-            low, high = band
-            ax.fill_between([k - 0.45, k + 0.45], low, high, color="#999999", alpha=0.35, lw=0,
-                            label=None if shown else "link table range (top: the wire's rate)")
-            shown = True
-    ax.bar(range(len(labels)), frame["GBps"], color=PALETTE[0], width=0.6, label="measured")
-    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
-    ax.set_ylabel("copy bandwidth (GB/s, decimal)")
-    ax.set_title("Copy bandwidth against the link table")
-    ax.legend()
-    return ax
 
 
 # --- all-reduce sweep figures ---

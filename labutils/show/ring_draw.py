@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from matplotlib.patches import Rectangle
 
 from labutils.model.ring import RingRun, chunk_view
 from labutils.show.plots import PALETTE, new_figure
@@ -21,8 +22,6 @@ def draw_ring_step(ax, run: RingRun, number: int) -> None:
     are outlined in red and every message of the step is an arrow from the sender's chunk down to
     its right neighbour's (the last rank's message wraps round to rank 0, drawn at the edges).
     """
-    from matplotlib.patches import Rectangle
-
     n = run.world_size
     step = run.steps[number - 1] if number > 0 else None
     values = step.values if step else run.inputs
@@ -71,7 +70,6 @@ def draw_ring_step(ax, run: RingRun, number: int) -> None:
 
 def draw_ring(run: RingRun, columns: int | None = None):
     """One panel per step of `run` (the inputs first), as one matplotlib figure; returns it."""
-
     panels = len(run.steps) + 1
     cols = columns or min(4, panels)
     rows = math.ceil(panels / cols)

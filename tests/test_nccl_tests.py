@@ -1,12 +1,17 @@
-"""The nccl-tests parser on every layout: current, old 2.x, launcher prefixes, INFO lines, -J JSON."""
+"""The nccl-tests format: the parser on every layout (current, old 2.x, launcher prefixes, INFO lines,
+-J JSON), the world size however the log is cut, the table printed back, and a reader that raises
+nothing but LabInputError on arbitrary text."""
 
 import json
 import math
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from labutils.cli import main
+from labutils.core.busbw import bus_factor
 from labutils.core.inputs import LabInputError
 from labutils.readers.nccl_tests import parse_json, parse_nccl_tests, parse_text
 
@@ -161,3 +166,102 @@ def test_cli_json_csv_and_exit_codes(capsys, tmp_path):
     assert main(["parse-nccl-tests", str(tmp_path / "nope.log")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and len(err.splitlines()) == 1
+
+
+# --- the world size and arbitrary text (property tests) ---
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+HEAD = ("#       size         count      type   redop    root     time   algbw   busbw #wrong"
+        "     time   algbw   busbw #wrong")
+
+
+def nccl_log(n: int, ranks=None, header: bool = True, sizes=(1 << 20, 1 << 24, 1 << 26)) -> str:
+    """An all_reduce_perf log of `n` ranks; `ranks` limits the # Rank lines kept (a cut log)."""
+    lines = ["# all_reduce_perf"]
+    if header:
+        lines.append(f"# nThread 1 nGpus {n} minBytes 8 maxBytes 67108864 step: 2(factor) warmup iters: 5 iters: 20")
+    for r in (range(n) if ranks is None else ranks):
+        lines.append(f"#  Rank {r:2d} Group  0 Pid  4182 on host device {r:2d} [0x{r:02x}] NVIDIA H100")
+    lines.append(HEAD)
+    for size in sizes:
+        t = 5.0 + size / 2e4
+        alg = size / t / 1e3
+        bus = alg * bus_factor("all_reduce", n)
+        lines.append(f"{size:12d}  {size // 4:12d}     float     sum      -1  {t:7.2f}  {alg:6.2f}  {bus:6.2f}      0"
+                     f"  {t:7.2f}  {alg:6.2f}  {bus:6.2f}      0")
+    lines.append("# Avg bus bandwidth    : 12.3456 ")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_log_cut_to_its_tail_keeps_its_world_size():
+    cut = nccl_log(8, ranks=[0, 1])  # the issue's case: two # Rank lines survive, the header says 8
+    log = parse_text(cut)
+    assert log.meta["world_size"] == 8 and "nGpus 8" in log.meta["world_size_source"]
+    assert log.meta["bus_factor"] == pytest.approx(1.75)
+    headless = parse_text(nccl_log(8, ranks=[6, 7], header=False))
+    assert headless.meta["world_size"] == 8 and headless.meta["world_size_source"].startswith("busbw/algbw")
+    assert parse_text(nccl_log(8, ranks=[], header=False), nranks=8).meta["world_size"] == 8
+
+
+def test_rank_lines_from_0_are_not_the_world_when_the_numbers_say_more():
+    """A headless log cut to rank 0's line: busbw/algbw says many ranks, so the answer is unknown,
+    never 1 (hypothesis found n = 30); a complete headless log keeps its count."""
+    cut = parse_text(nccl_log(30, ranks=[0], header=False))
+    assert cut.meta["world_size"] is None and "--nranks" in cut.meta["world_size_source"]
+    assert parse_text(nccl_log(2, ranks=[0, 1], header=False)).meta["world_size"] == 2
+
+
+def test_sources_that_disagree_are_refused_and_nranks_must_agree():
+    with pytest.raises(LabInputError, match="disagrees"):
+        parse_text(nccl_log(8).replace("nGpus 8", "nGpus 2"))
+    with pytest.raises(LabInputError, match="--nranks says 4"):
+        parse_text(nccl_log(8), nranks=4)
+    with pytest.raises(LabInputError, match="Rank line for rank 7"):
+        parse_text(nccl_log(4, ranks=[0, 7]))
+
+
+def test_the_log_own_avg_line_is_quoted_and_old_layouts_get_no_root(capsys):
+    assert main(["parse-nccl-tests", "data/nccl_tests/sample_all_reduce_old_layout.log"]) == 0
+    out = capsys.readouterr().out
+    assert "# Avg bus bandwidth    : 5.3301" in out and "root" not in out
+    assert main(["parse-nccl-tests", "data/nccl_tests/sample_all_reduce_2x5090_sys.log"]) == 0
+    assert "Avg bus bandwidth    : 8.34782" in capsys.readouterr().out
+
+
+@FAST
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=400))
+def test_nccl_tests_reader_raises_only_lab_input_error(text):
+    try:
+        log = parse_text(text)
+    except LabInputError:
+        return
+    world = log.meta["world_size"]
+    assert world is None or (isinstance(world, int) and world >= 1)
+    assert log.frame["world_size"].nunique(dropna=False) == 1
+
+
+ROW_PIECES = st.sampled_from(["#", "# nThread 1 nGpus 4", "#  Rank  3 Group 0 Pid 1 on h device 3 [0x1] G",
+                              HEAD, "   1024   256   float   sum   -1   5.0   0.20   0.30   0   5.0   0.20   0.30   0",
+                              "   2048   512   float   sum   -1", "   7.0   0.29   0.44   0", "nan", "N/A", "-1",
+                              "1e999", "h:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks 4 cudaDev 0", "{", "0: ", "\t"])
+
+
+@FAST
+@given(st.lists(ROW_PIECES, max_size=12), st.lists(st.text(max_size=20), max_size=3))
+def test_nccl_tests_reader_on_log_shaped_junk(pieces, noise):
+    try:
+        log = parse_text("\n".join(pieces + noise))
+    except LabInputError:
+        return
+    assert log.meta["world_size"] in (None, 4) or log.meta["world_size"] >= 1
+
+
+@FAST
+@given(st.integers(min_value=2, max_value=72), st.data())
+def test_world_size_is_right_however_the_log_is_cut(n, data):
+    kept = data.draw(st.lists(st.integers(0, n - 1), unique=True, max_size=n).map(sorted))
+    header = data.draw(st.booleans())
+    log = parse_text(nccl_log(n, ranks=kept, header=header))
+    assert log.meta["world_size"] in (n, None)
+    if header:
+        assert log.meta["world_size"] == n

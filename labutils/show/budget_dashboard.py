@@ -2,7 +2,7 @@
 
 The time-budget dashboard (`budget_dashboard`) moves seven sliders, two toggles (the number of
 devices N and the dtype on the wire) and a preset menu; each move recomputes
-`labutils.model.budget.evaluate_n` (the article's two-device model at N = 2, fp32), updates one
+`labutils.model.budget.evaluate` (the article's two-device model at N = 2, fp32), updates one
 matplotlib figure in place (the same artists, new data) and renders it to PNG into an
 `ipywidgets.Image`, so it works in a plain JupyterLab (no ipympl) and never flickers. The readout
 is an `ipywidgets.HTML` whose numbers sit in elements with `data-key` / `data-value` attributes,
@@ -10,8 +10,7 @@ for tests and browsers to read. An error inside a callback is shown in the reado
 `lab-error`), never swallowed.
 
 The data-parallel scaling dashboard (`ddp_scaling_dashboard`, notebook 08) follows the same
-pattern, `labutils.show.dashboard.Dashboard`: controls -> pure compute -> readout and figure in place.
-"""
+pattern, `labutils.show.dashboard.Dashboard`: controls -> pure compute -> readout and figure in place."""
 
 from __future__ import annotations
 
@@ -20,24 +19,21 @@ import io
 import math
 from dataclasses import dataclass
 
-from labutils.core.inputs import LabInputError
-from labutils.measure.my_link import load_link, saved_links
-from labutils.model.budget import BASE_CASE, check_devices, evaluate_n, verdict, wire_dtype_name
-from labutils.model.ddp_model import predicted_efficiency
-from labutils.model.fit import ARTICLE_BUSBW_GBps, allreduce_ms
-from labutils.readers.links import link_figures
-from labutils.show.dashboard import LABEL, WIDTH, Dashboard, agg_figure, figure_png, layout
-from labutils.show.plots import apply_style
-from labutils.show.plots_budget import budget_curves, label_budget_curves, update_budget_curves
-from labutils.show.plots_training import ddp_efficiency_curves, update_ddp_efficiency_curves
+import ipywidgets as w
+from PIL import Image
 
-# --- time budget dashboard ---
+from labutils.core.inputs import LabInputError
+from labutils.measure.my_link import saved_links
+from labutils.model.budget import BASE_CASE, check_devices, evaluate, verdict, wire_dtype_name
+from labutils.readers.links import link_figures
+from labutils.show.budget_plots import budget_curves, label_budget_curves, update_budget_curves
+from labutils.show.dashboard import LABEL, WIDTH, Dashboard, agg_figure, layout
+from labutils.show.plots import apply_style
 
 
 @dataclass(frozen=True)
 class Preset:
     """A named set of the seven budget inputs, with where its figures come from."""
-
     name: str
     values: dict
     source: str
@@ -65,14 +61,12 @@ def budget_presets(directory=None) -> list[Preset]:
     """The preset menu: the article's base case, every link of data/link_table.csv (its low end, named
     with what that figure is: `links.LOW_KINDS`), then every
     measured link (results of kind "link", written by notebooks 02/04) found in results_dir()."""
-
     base = {k: float(v) for k, v in BASE_CASE.items()}
     return ([Preset("article base case: 10 GB/s (hypothetical)", base,
                     "hypothetical parameters of the source article's worked example (a model, not a card)")]
             + _link_presets(base) + _measured_presets(base, directory))
 
 
-# key -> (widget class name, description, keyword arguments)
 _SLIDERS = {
     "bandwidth_GBps": ("FloatLogSlider", "bandwidth B (GB/s)",
                        {"base": 10, "min": -1, "max": 3, "step": 0.01, "readout_format": ".3r"}),
@@ -84,11 +78,14 @@ _SLIDERS = {
     "volume_bytes": ("FloatLogSlider", "bytes per exchange V",
                      {"base": 10, "min": 3, "max": 10, "step": 0.01, "readout_format": ".4r"}),
 }
-# key -> (description, options, default): the toggles beside the sliders; presets leave them alone
+
+
 _CONTROLS = {
     "N": ("devices N", ((" 2", 2), (" 4", 4), (" 8", 8)), 2),
     "wire_dtype": ("dtype on the wire", (("fp32", "fp32"), ("bf16", "bf16")), "fp32"),
 }
+
+
 _READOUT = (("speedup", "speedup T1/T2", "x"), ("efficiency", "two-device efficiency", ""),
             ("t_one_ms", "one device T1", "ms"), ("t_two_ms", "two devices T2", "ms"),
             ("comm_ms", "communication H", "ms"), ("break_even_C_ms", "break-even C", "ms"),
@@ -97,7 +94,6 @@ _READOUT = (("speedup", "speedup T1/T2", "x"), ("efficiency", "two-device effici
 
 
 def _make_slider(key: str, value: float):
-    import ipywidgets as w
 
     cls, description, kwargs = _SLIDERS[key]
     # continuous_update=False: with True the browser re-sends every value it displays snapped to
@@ -111,7 +107,6 @@ def _make_slider(key: str, value: float):
 
 
 def _make_control(key: str, value):
-    import ipywidgets as w
 
     description, options, _ = _CONTROLS[key]
     control = w.ToggleButtons(options=[(label.strip(), v) for label, v in options], value=value,
@@ -186,7 +181,6 @@ class BudgetDashboard(Dashboard):
     holds the numbers the readout shows (plus "values", "settings", "verdict" and "error"); `png()`
     is the current figure.
     """
-
     controls: dict
     preset: object
     presets: tuple
@@ -198,8 +192,8 @@ class BudgetDashboard(Dashboard):
 
     def compute(self, values: dict) -> dict:
         settings = self.settings()
-        budget = evaluate_n(**values, **settings)
-        return {**budget.as_dict(), "settings": settings, "verdict": verdict(budget, settings["N"]), "_budget": budget}
+        budget = evaluate(**values, n_devices=settings["N"], wire_dtype=settings["wire_dtype"])
+        return {**budget.as_dict(), "settings": settings, "verdict": verdict(budget), "_budget": budget}
 
     def readout_html(self, values: dict, numbers: dict) -> str:
         return budget_readout_html(values, numbers["_budget"], numbers["verdict"], self._state.get("_preset"),
@@ -212,8 +206,6 @@ class BudgetDashboard(Dashboard):
         restores it and draws only the moving artists, unless the axis limits had to change or
         N did (the legend and title name it).
         """
-        from PIL import Image
-
         settings = numbers["settings"]
         ax = self.figure.axes[0]
         before = (ax.get_xlim(), ax.get_ylim())
@@ -222,7 +214,8 @@ class BudgetDashboard(Dashboard):
             label_budget_curves(self._art, settings["N"], legend_outside=True)
             ax.set_title(_dashboard_title(settings["N"]))
             self._state["_drawn_N"] = settings["N"]
-        update_budget_curves(self._art, {**values, **settings}, numbers["_budget"], sticky=True, numbers_in_title=False)
+        update_budget_curves(self._art, {**values, "n_devices": settings["N"], "wire_dtype": settings["wire_dtype"]},
+                             numbers["_budget"], sticky=True, numbers_in_title=False)
         canvas = self.figure.canvas
         if relabel or self._state.get("_background") is None or before != (ax.get_xlim(), ax.get_ylim()):
             canvas.draw()
@@ -259,8 +252,6 @@ def budget_dashboard(presets=None, initial: dict | None = None, dpi: int = 80, N
     `wire_dtype` ("fp32" or "bf16") set the toggles. Setting `dash.sliders["bandwidth_GBps"].value = 50`
     or `dash.controls["N"].value = 4` updates readout and figure.
     """
-    import ipywidgets as w
-
     presets = tuple(presets if presets is not None else budget_presets())
     values = {k: float(v) for k, v in (initial or presets[0].values).items()}
     N, wire_dtype = check_devices(N), wire_dtype_name(wire_dtype)
@@ -270,7 +261,7 @@ def budget_dashboard(presets=None, initial: dict | None = None, dpi: int = 80, N
     apply_style()
     figure = agg_figure(dpi, left=0.08, right=0.66, bottom=0.13, top=0.9)
     ax = figure.add_subplot()
-    art = budget_curves(ax, {**values, "N": N, "wire_dtype": wire_dtype}, legend_outside=True)
+    art = budget_curves(ax, {**values, "n_devices": N, "wire_dtype": wire_dtype}, legend_outside=True)
     ax.set_title(_dashboard_title(N))
     for artist in art.values():
         artist.set_animated(True)  # drawn over a kept background, see BudgetDashboard.draw
@@ -286,85 +277,3 @@ def budget_dashboard(presets=None, initial: dict | None = None, dpi: int = 80, N
     menu.observe(lambda change: change["new"] is not None and dash.load_preset(change["new"]), names="value")
     dash.watch([*sliders.values(), *controls.values()])
     return dash
-
-
-# --- data-parallel scaling widget ---
-
-
-def ddp_scaling_dashboard(gradient_bytes: float = 200e6, busbw_GBps: float | None = None,
-                          compute_ms: float = 100.0, alpha_us: float | None = None, buckets: int = 8,
-                          hideable: float = 0.0, scaling: str = "weak", world_sizes=(2, 4, 8), dpi: int = 80):
-    """Sliders for gradient size, link bandwidth, compute, latency, buckets and overlap; the
-    predicted scaling efficiency for N = 2, 4, 8 as a readout and as curves against gradient size.
-
-    busbw and alpha default to the measured link (`labutils.measure.my_link.load_link`), else the article's
-    22 GB/s and no latency. Returns a `DDPScalingDashboard`: set `dash.sliders["busbw_GBps"].value`
-    and read `dash.state()["efficiency"][8]` or the readout's `[data-key=efficiency-N8]`.
-    """
-    import ipywidgets as w
-
-    link = load_link() if busbw_GBps is None or alpha_us is None else None
-    source = link.name if link is not None else "the article's 22 GB/s link"
-    busbw_GBps = busbw_GBps if busbw_GBps is not None else (link.busbw_GBps if link else ARTICLE_BUSBW_GBps)
-    alpha_us = alpha_us if alpha_us is not None else (link.alpha_us if link else 0.0)
-    # continuous_update off: exact values, as the budget sliders
-    style = {"style": LABEL, "layout": w.Layout(width=WIDTH), "continuous_update": False}
-    sliders = {
-        "gradient_bytes": w.FloatLogSlider(value=gradient_bytes, base=10, min=5, max=10.5, step=0.01,
-                                           description="gradient (bytes)", readout_format=".3g", **style),
-        "busbw_GBps": w.FloatLogSlider(value=busbw_GBps, base=10, min=-1, max=3, step=0.01,
-                                       description="link busbw (GB/s)", readout_format=".3g", **style),
-        "compute_ms": w.FloatLogSlider(value=compute_ms, base=10, min=-1, max=4, step=0.01,
-                                       description="one-rank compute (ms)", readout_format=".3g", **style),
-        "alpha_us": w.FloatSlider(value=alpha_us, min=0, max=max(2000.0, alpha_us), step=1,
-                                  description="latency α (µs)", readout_format=".0f", **style),
-        "buckets": w.IntSlider(value=buckets, min=1, max=64, description="buckets", **style),
-        "hideable": w.FloatSlider(value=hideable, min=0, max=1, step=0.05, description="hideable share",
-                                  readout_format=".2f", **style),
-        "scaling": w.ToggleButtons(options=["weak", "strong"], value=scaling, description="scaling"),
-    }
-    apply_style()
-    figure = agg_figure(dpi, left=0.1, right=0.97, bottom=0.14, top=0.9)
-    box, readout, image = layout(list(sliders.values()), "600px")
-    dash = DDPScalingDashboard(sliders, readout, image, figure, box, {}, tuple(world_sizes), source)
-    dash.watch(sliders.values())
-    return dash
-
-
-@dataclass(frozen=True)
-class DDPScalingDashboard(Dashboard):
-    """The data-parallel widget (the pattern of `labutils.show.dashboard.Dashboard`): `sliders` by input
-    name, `readout` (HTML), `image` (PNG); `state()` holds values, efficiency {N: 0..1}, comm_ms
-    {N: ms} and error (None when all went well)."""
-
-    world_sizes: tuple
-    source: str
-
-    def values(self) -> dict:
-        return {k: (s.value if k == "scaling" else float(s.value)) for k, s in self.sliders.items()}
-
-    def compute(self, values: dict) -> dict:
-        v = values
-        eff = {n: float(predicted_efficiency(v["gradient_bytes"], v["busbw_GBps"], v["compute_ms"], n,
-                                             v["alpha_us"], v["buckets"], v["hideable"], v["scaling"]))
-               for n in self.world_sizes}
-        comm = {n: float(allreduce_ms(v["gradient_bytes"], n, v["busbw_GBps"], v["alpha_us"], v["buckets"]))
-                for n in self.world_sizes}
-        return {"efficiency": eff, "comm_ms": comm}
-
-    def draw(self, values: dict, numbers: dict) -> bytes:
-        if "_art" not in self._state:
-            self._state["_art"] = ddp_efficiency_curves(self.figure.add_subplot(), values, self.world_sizes)
-        update_ddp_efficiency_curves(self._state["_art"], values)
-        return figure_png(self.figure)
-
-    def readout_html(self, values: dict, numbers: dict) -> str:
-        eff, comm = numbers["efficiency"], numbers["comm_ms"]
-        rows = "".join(f'<tr><th>N = {n}</th><td data-key="efficiency-N{n}" data-value="{eff[n]!r}">'
-                       f"{eff[n]:.0%}</td><td>speedup {eff[n] * n:.2f}x</td>"
-                       f'<td data-key="comm-N{n}" data-value="{comm[n]!r}">all-reduce {comm[n]:.3g} ms</td></tr>'
-                       for n in self.world_sizes)
-        return (f'<div class="lab-readout" data-scaling="{values["scaling"]}"><table>{rows}</table>'
-                f"<p>Link preset: {html.escape(self.source)}. Efficiency = one-rank step / N-rank step "
-                f"({'same batch per rank' if values['scaling'] == 'weak' else 'same global batch'}).</p>"
-                "<p><i>A prediction from the model, not a measurement.</i></p></div>")

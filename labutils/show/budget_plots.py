@@ -1,4 +1,4 @@
-"""The time budget's figures (notebook 06, and the dashboard in `labutils.show.widgets`): the two
+"""The time budget's figures (notebook 06, and the dashboard in `labutils.show.budget_dashboard`): the two
 split times against compute, serial dilution, the overlap bound and the thresholds. The look is
 `labutils.show.plots`'; the arithmetic is `labutils.model.budget`'s.
 """
@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from matplotlib.patches import Rectangle
 
-from labutils.model.budget import evaluate, evaluate_n
+from labutils.model.budget import evaluate
 from labutils.show.plots import PALETTE, new_figure
 
 # --- time budget figures ---
@@ -30,15 +31,13 @@ def _split_label(N: int) -> str:
 def budget_curves(ax, params: dict, budget=None, grid_points: int = 60, legend_outside: bool = False) -> dict:
     """Draw T1 and T2 against C on `ax`: break-even marked, the two regions shaded, the current C marked.
 
-    `params` holds the seven inputs of `labutils.model.budget.evaluate`, and optionally `N` and
-    `wire_dtype` (`labutils.model.budget.evaluate_n`; T_N is then drawn). Returns the artists, which
+    `params` holds the seven inputs of `labutils.model.budget.evaluate`, and optionally its `n_devices`
+    and `wire_dtype` (T_N is then drawn). Returns the artists, which
     `update_budget_curves` moves in place (no new artists, so a redraw never flickers).
     """
-    from matplotlib.patches import Rectangle
-
     art = {
         "t1": ax.plot([], [], color=PALETTE[0], lw=2, label="one device: T1 = S + C")[0],
-        "t2": ax.plot([], [], color=PALETTE[1], lw=2, label=_split_label(params.get("N", 2)))[0],
+        "t2": ax.plot([], [], color=PALETTE[1], lw=2, label=_split_label(params.get("n_devices", 2)))[0],
         "lose": ax.add_patch(Rectangle((0, 0), 0, 1, transform=ax.get_xaxis_transform(), color=PALETTE[3],
                                        alpha=0.10, lw=0, label="splitting loses")),
         "pay": ax.add_patch(Rectangle((0, 0), 0, 1, transform=ax.get_xaxis_transform(), color=PALETTE[2],
@@ -69,18 +68,18 @@ def update_budget_curves(art: dict, params: dict, budget=None, grid_points: int 
                          numbers_in_title: bool = True):
     """Move the artists of `budget_curves` to new inputs; returns the Budget at the current C.
 
-    `params` may hold `N` and `wire_dtype` besides the seven inputs (N devices; 2 and fp32 are
+    `params` may hold `n_devices` and `wire_dtype` besides the seven inputs (N devices; 2 and fp32 are
     the article's model). With `sticky`, the axis limits change only when the curves outgrow
     them (see _nice_limit); without `numbers_in_title` the title is left alone (text is the
     slowest thing to redraw).
     """
-    here = budget if budget is not None else evaluate_n(**params)
+    here = budget if budget is not None else evaluate(**params)
     ax, C, S = art["t1"].axes, params["C_ms"], params["S_ms"]
     even = here.break_even_C_ms
     xmax = _nice_limit(max(2.0 * C, 1.6 * even if math.isfinite(even) else 0.0, 1.0),
                        ax.get_xlim()[1] if sticky else None)
     grid = np.linspace(0.0, xmax, grid_points)
-    curve = evaluate_n(**{**params, "C_ms": grid})
+    curve = evaluate(**{**params, "C_ms": grid})
     art["t1"].set_data(grid, curve.t_one_ms)
     art["t2"].set_data(grid, curve.t_two_ms)
     split = min(even, xmax)
