@@ -2,7 +2,8 @@
 tools/nb.py's percent-format round trip (jupytext) and clean notebooks.
 
 Its branches run here with the world faked: Colab (its environment variable or a `google.colab`
-module) with the clone made from a local repository and pip recorded, not run; a Jupyter whose
+module) with the clone made from a local repository and pip recorded, not run (its shell script runs,
+pip made a no-op); a Jupyter whose
 kernel lacks the lab, with or without a clone around the notebook; and the lab's own kernel.
 """
 
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIRST_CELL = ROOT / "tools" / "first_cell.py"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 COLAB_VARS = ("COLAB_RELEASE_TAG", "COLAB_GPU")
-REAL_RUN = subprocess.run
+REAL_CHECK_CALL = subprocess.check_call
 
 
 def _nb_tool():
@@ -72,8 +73,13 @@ def test_what_the_cell_checks_is_what_the_lab_depends_on_and_never_torch():
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     names = {d.split(">")[0].split("=")[0].split("<")[0].strip().lower() for d in deps}
     assert not any(name.startswith("torch") for name in names), "pip install -e would replace a kernel's torch"
-    needs = _cell_constants()["LAB_NEEDS"]
-    assert set(needs) <= names
+    (checked,) = re.findall(r'"(labutils [\w ]+)"\.split\(\)', FIRST_CELL.read_text(encoding="utf-8"))
+    assert checked.split()[0] == "labutils" and set(checked.split()[1:]) <= names
+
+
+def test_the_cell_is_short():
+    lines = FIRST_CELL.read_text(encoding="utf-8").strip("\n").splitlines()
+    assert len(lines) <= 15 and max(map(len, lines)) <= 120
 
 
 def _cell_constants() -> dict:
@@ -103,34 +109,39 @@ def _run_cell() -> dict:
 
 @pytest.fixture
 def no_lab(monkeypatch):
-    """A kernel where labutils cannot be imported, not on Colab; sys.path restored afterwards."""
-    monkeypatch.setitem(sys.modules, "labutils", None)  # find_spec and import now say "not there"
+    """A kernel where labutils cannot be found (neither on sys.path nor by the editable install's
+    finder), not on Colab; sys.path, sys.meta_path and sys.modules restored afterwards."""
+    monkeypatch.delitem(sys.modules, "labutils", raising=False)
     monkeypatch.setitem(sys.modules, "google.colab", None)
     for name in COLAB_VARS:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if not (Path(p or ".") / "labutils").is_dir()])
+    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path
+                                           if not (hasattr(f, "find_spec") and f.find_spec("labutils", None))])
+    importlib.invalidate_caches()
+    assert importlib.util.find_spec("labutils") is None
 
 
 @pytest.fixture
 def recorded(monkeypatch):
-    """subprocess.run runs git for real and records everything; pip is recorded, not run."""
+    """subprocess.check_call runs the cell's script for real (its git clone too) with pip a no-op,
+    and records every command."""
     calls = []
 
-    def run(command, *args, **kwargs):
+    def check_call(command, *args, **kwargs):
         calls.append([str(part) for part in command])
-        if command[0] == "git":
-            return REAL_RUN(command, *args, **{"capture_output": True, **kwargs})
-        return subprocess.CompletedProcess(command, 0)
+        assert command[:2] == ["bash", "-exc"], command
+        return REAL_CHECK_CALL([*command[:2], command[2].replace("pip install", ": pip install")], *args, **kwargs)
 
-    monkeypatch.setattr(subprocess, "run", run)
+    monkeypatch.setattr(subprocess, "check_call", check_call)
     return calls
 
 
 @pytest.fixture
 def origin(tmp_path):
     """A local git repository shaped like the lab, to clone instead of GitHub."""
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
+    if shutil.which("git") is None or shutil.which("bash") is None:
+        pytest.skip("git or bash is not installed")
     repo = tmp_path / "origin"
     (repo / "labutils").mkdir(parents=True)
     (repo / "labutils" / "__init__.py").write_text("")
@@ -138,13 +149,13 @@ def origin(tmp_path):
     (repo / "notebooks" / "00_x.ipynb").write_text(json.dumps({}))
     git = ["git", "-C", str(repo), "-c", "user.name=lab", "-c", "user.email=lab@example.org"]
     for command in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "lab"]):
-        REAL_RUN(git + command, check=True, capture_output=True)
+        subprocess.run(git + command, check=True, capture_output=True)
     return repo
 
 
 @pytest.mark.parametrize("colab_sign", ["environment", "module"])
 def test_on_colab_it_clones_installs_without_torch_and_moves_into_notebooks(
-        colab_sign, no_lab, recorded, origin, tmp_path, monkeypatch, capsys):
+        colab_sign, no_lab, recorded, origin, tmp_path, monkeypatch, capfd):
     widget_manager = []
     if colab_sign == "environment":
         monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-test")
@@ -163,20 +174,18 @@ def test_on_colab_it_clones_installs_without_torch_and_moves_into_notebooks(
 
     _run_cell()
     clone = content / "interconnect-lab"
-    assert recorded == [["git", "clone", "--depth", "1", origin.as_uri(), str(clone)],
-                        [sys.executable, "-m", "pip", "install", "-q", "-e", str(clone)]]
+    ((script,),) = [call[2:] for call in recorded]
+    assert f"git clone --depth 1 {origin.as_uri()} {clone}" in script
+    assert script.endswith(f"pip install -q -e {clone}") and "torch" not in script.lower()
     assert (clone / "labutils" / "__init__.py").is_file()
-    assert not any("torch" in part.lower() for call in recorded for part in call)
     assert sys.path[0] == str(clone) and Path.cwd() == clone / "notebooks"
-    out = capsys.readouterr().out
-    assert f"$ git clone --depth 1 {origin.as_uri()} {clone}" in out
-    assert "pip install -q -e" in out and "Colab's torch is kept" in out and f"working in {clone}" in out
+    assert f"+ git clone --depth 1 {origin.as_uri()} {clone}" in capfd.readouterr().err, "each step is shown"
     assert widget_manager == ([True] if colab_sign == "module" else [])
 
     monkeypatch.chdir(content)  # run again (e.g. after a restart): no second clone
     recorded.clear()
     _run_cell()
-    assert [call[:2] for call in recorded] == [[sys.executable, "-m"]]
+    assert len(recorded) == 1 and "+ git clone" not in capfd.readouterr().err
     assert Path.cwd() == clone / "notebooks"
 
 
@@ -184,9 +193,9 @@ def test_on_colab_without_a_repository_address_it_says_where_to_put_it(no_lab, r
     monkeypatch.setenv("COLAB_GPU", "1")
     monkeypatch.delenv("LAB_REPO_URL", raising=False)
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(Exception, match="owner/name .* in LAB_REPO above") as stop:
+    with pytest.raises(Exception, match=r"git clone https://github\.com/OWNER/REPO\.git .* \(LAB_REPO above\)") as stop:
         _run_cell()
-    assert type(stop.value).__name__ == "LabNotInstalled" and recorded == []
+    assert type(stop.value).__name__ == "LabNotInstalled" and recorded == [] and Path.cwd() == tmp_path
 
 
 def test_without_the_lab_and_without_a_clone_it_stops_with_the_command(no_lab, recorded, tmp_path,
@@ -198,10 +207,10 @@ def test_without_the_lab_and_without_a_clone_it_stops_with_the_command(no_lab, r
     assert type(stop.value).__name__ == "LabNotInstalled"
     assert stop.value._render_traceback_() == [sentence], "Jupyter shows the sentence alone"
     assert "\n" not in sentence and sentence.count(". ") == 0 and sentence.endswith(".")
-    assert "git clone https://github.com/" in sentence
-    assert "`%pip install -e /path/to/your/clone`" in sentence
-    assert f"{sys.executable} -m pip install -e /path/to/your/clone" in sentence
-    assert "keeps this kernel's torch" in sentence
+    assert sentence.startswith("This kernel lacks labutils: ")
+    assert f"after `git clone https://github.com/OWNER/REPO.git {tmp_path / 'interconnect-lab'}`" in sentence
+    assert f"`%pip install -e {tmp_path / 'interconnect-lab'}`" in sentence
+    assert "keeps this kernel's torch" in sentence and "restart the kernel" in sentence
     assert recorded == [] and capsys.readouterr().out == ""
 
 
@@ -211,15 +220,15 @@ def test_without_the_lab_it_uses_the_clone_the_notebook_sits_in(no_lab, recorded
     (tmp_path / "notebooks").mkdir()
     monkeypatch.chdir(tmp_path / "notebooks")
     _run_cell()
-    assert sys.path[0] == str(tmp_path)
-    assert capsys.readouterr().out.strip() == f"Using the lab in {tmp_path} (added to sys.path)."
-    assert recorded == [] and Path.cwd() == tmp_path / "notebooks"
+    assert sys.path[0] == str(tmp_path) and importlib.util.find_spec("labutils").origin == str(
+        tmp_path / "labutils" / "__init__.py")
+    assert recorded == [] and capsys.readouterr().out == "" and Path.cwd() == tmp_path / "notebooks"
 
     monkeypatch.setitem(sys.modules, "ipywidgets", None)  # the clone is there, a dependency is not
     with pytest.raises(Exception) as stop:
         _run_cell()
     sentence = str(stop.value)
-    assert "missing: ipywidgets" in sentence and f"`%pip install -e {tmp_path}`" in sentence
+    assert sentence.startswith("This kernel lacks ipywidgets: ") and f"`%pip install -e {tmp_path}`" in sentence
     assert "git clone" not in sentence
 
 

@@ -30,6 +30,16 @@ def test_records_key_figures_for_the_instructor(nb):
     assert any("record_figure(" in c.source for c in nb.cells if c.cell_type == "code")
 
 
+def test_figures_are_recorded_in_the_last_code_cell_only(nb):
+    """Teaching cells do not call record_figure: the figures for the instructor's index and summary
+    are gathered in the notebook's last code cell, under its own heading."""
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    calls = [i for i in code if "record_figure(" in nb.cells[i].source]
+    assert calls == [code[-1]], f"record_figure in cells {calls}; only the last code cell ({code[-1]}) may call it"
+    heading = nb.cells[code[-1] - 1]
+    assert heading.cell_type == "markdown" and heading.source.startswith("## Figures for the instructor's index")
+
+
 def test_ends_with_exercises_checked_by_labutils(nb):
     heads = [i for i, c in enumerate(nb.cells)
              if c.cell_type == "markdown" and re.search(r"^#+ .*exercise", c.source, re.I | re.M)]
