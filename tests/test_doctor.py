@@ -468,10 +468,10 @@ def test_live_readers_with_their_sources_faked(monkeypatch):
     import pandas as pd
 
     denied = "01:00.0 3D controller: NVIDIA Corporation AD102GL [L40S] (rev a1)\n\tCapabilities: <access denied>\n"
-    monkeypatch.setattr("labutils.readers.pcie.run_lspci", lambda: (denied, ""))
+    monkeypatch.setattr("labutils.readers.sources.run_lspci", lambda: (denied, ""))
     devices, why = live.live_lspci()
     assert devices[0].access_denied and devices[0].link_width is None and "sudo lspci -vvv" in why
-    monkeypatch.setattr("labutils.readers.pcie.run_lspci", lambda: (None, "lspci is not installed"))
+    monkeypatch.setattr("labutils.readers.sources.run_lspci", lambda: (None, "lspci is not installed"))
     assert live.live_lspci() == (None, "lspci is not installed")
     two = [GpuFacts(i, "NVIDIA L40S", 4, 4, 16, 16, 0) for i in range(2)]
     monkeypatch.setattr("labutils.readers.topology.nvml_facts", lambda: (two, ""))

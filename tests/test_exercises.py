@@ -1,7 +1,8 @@
 """Every grader of the course (predictions, exercises_topology, exercises_busbw, exercises_ring,
-exercises_budget) on the judging of labutils.course.grading, table-driven: the right answer,
-rounded right answers (two significant figures), the wrong answers a student plausibly gives (each
-rejected with its own hint), and bad values (answered with one sentence, never an exception)."""
+exercises_tensor_parallel, exercises_budget, exercises_validation, exercises_ddp) on the judging of
+labutils.course.grading, table-driven: the right answer, rounded right answers (two significant
+figures), the wrong answers a student plausibly gives (each rejected with its own hint), and bad
+values (answered with one sentence, never an exception)."""
 
 import ast
 import math
@@ -11,17 +12,19 @@ from pathlib import Path
 import pytest
 
 from labutils.core.results import DATA_DIR
-from labutils.course import exercises_budget, exercises_busbw, exercises_ring, exercises_topology, predictions
-from labutils.course.exercises_budget import (
-    check_break_even,
-    check_critical_hidden,
-    check_hidden_gradient,
-    check_min_bandwidth,
-    check_min_busbw,
-    check_t2_prediction,
-    check_toy_contribution,
+from labutils.course import (
+    exercises_budget,
+    exercises_busbw,
+    exercises_ddp,
+    exercises_ring,
+    exercises_tensor_parallel,
+    exercises_topology,
+    exercises_validation,
+    predictions,
 )
+from labutils.course.exercises_budget import check_break_even, check_critical_hidden, check_min_bandwidth
 from labutils.course.exercises_busbw import check_busbw
+from labutils.course.exercises_ddp import check_hidden_gradient, check_min_busbw
 from labutils.course.exercises_ring import (
     check_allreduce_prediction,
     check_ratio_prediction,
@@ -29,7 +32,9 @@ from labutils.course.exercises_ring import (
     check_ring_latency_ranks,
     check_ring_steps,
 )
+from labutils.course.exercises_tensor_parallel import check_toy_contribution
 from labutils.course.exercises_topology import check_pair_choice, check_planted_fault
+from labutils.course.exercises_validation import check_t2_prediction
 from labutils.course.grading import is_close, read_number
 from labutils.course.predictions import check_prediction
 from labutils.doctor.evidence import read_facts
@@ -305,8 +310,10 @@ GRADERS = {
     exercises_busbw: ("check_busbw",),
     exercises_ring: ("check_ratio_prediction", "check_ring_bytes", "check_ring_steps", "check_allreduce_prediction",
                      "check_ring_latency_ranks"),
-    exercises_budget: ("check_toy_contribution", "check_break_even", "check_min_bandwidth", "check_critical_hidden",
-                       "check_t2_prediction", "check_hidden_gradient", "check_min_busbw"),
+    exercises_tensor_parallel: ("check_toy_contribution",),
+    exercises_budget: ("check_break_even", "check_min_bandwidth", "check_critical_hidden"),
+    exercises_validation: ("check_t2_prediction",),
+    exercises_ddp: ("check_hidden_gradient", "check_min_busbw"),
 }
 GRADER_FILES = {Path(m.__file__).name for m in GRADERS}
 

@@ -133,7 +133,7 @@ def test_topo_reads_a_live_nvidia_smi(run_cli, monkeypatch, tmp_path):
 
 
 def test_nvidia_smi_that_hangs_or_fails_is_reported(monkeypatch, tmp_path):
-    from labutils.readers.topology import run_nvidia_smi
+    from labutils.readers.sources import run_nvidia_smi
 
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     _fake_nvidia_smi(tmp_path, "exec sleep 5")
@@ -145,8 +145,8 @@ def test_nvidia_smi_that_hangs_or_fails_is_reported(monkeypatch, tmp_path):
 
 
 def test_lspci_missing_hanging_failing_or_silent_is_one_line(monkeypatch, tmp_path):
-    """pcie.run_lspci through commands.tool_output: (None, why) for every way lspci can let us down."""
-    from labutils.readers.pcie import run_lspci
+    """sources.run_lspci through sources.tool_output: (None, why) for every way lspci can let us down."""
+    from labutils.readers.sources import run_lspci
 
     monkeypatch.setenv("PATH", str(tmp_path))
     assert run_lspci() == (None, "lspci is not installed (package pciutils)")

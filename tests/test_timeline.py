@@ -6,7 +6,9 @@ import matplotlib
 import pytest
 
 from labutils.core.inputs import LabInputError
-from labutils.experiments import timeline as tl
+from labutils.experiments.data_parallel import record_ddp_step
+from labutils.experiments.split_timing import record_overlap_step
+from labutils.measure import timeline as tl
 from labutils.show.timeline_view import draw_timeline
 
 matplotlib.use("Agg")
@@ -85,14 +87,14 @@ def test_bad_input_is_refused():
     with pytest.raises(LabInputError, match="kind="):
         tl.save_trace({"traceEvents": []}, kind="../x")
     with pytest.raises(LabInputError, match="chunks=0"):
-        tl.record_overlap_step((8, 64), chunks=0)
+        record_overlap_step((8, 64), chunks=0)
     with pytest.raises(LabInputError, match="bucket_cap_mb"):
-        tl.record_ddp_step(bucket_cap_mb=0)
+        record_ddp_step(bucket_cap_mb=0)
 
 
 @pytest.mark.distributed
 def test_a_real_ddp_step_on_two_gloo_ranks(tmp_path):
-    run = tl.record_ddp_step(width=64, depth=2, batch_per_rank=8, bucket_cap_mb=1, nproc=2, warmup=1, timeout_s=60)
+    run = record_ddp_step(width=64, depth=2, batch_per_rank=8, bucket_cap_mb=1, nproc=2, warmup=1, timeout_s=60)
     events = run.events
     for rank in (0, 1):
         mine = events[events["rank"] == rank]
@@ -123,7 +125,7 @@ def test_a_real_ddp_step_on_two_gloo_ranks(tmp_path):
 
 @pytest.mark.distributed
 def test_the_overlap_step_records_its_chunked_allreduces():
-    run = tl.record_overlap_step((8, 64), chunks=2, nproc=2, warmup=1, timeout_s=60)
+    run = record_overlap_step((8, 64), chunks=2, nproc=2, warmup=1, timeout_s=60)
     for _rank, mine in run.events.groupby("rank"):
         assert (mine["kind"] == "communication").any() and (mine["kind"] == "compute").any()
 

@@ -74,7 +74,7 @@ def reserve_path(directory: Path, stem: str, suffixes: tuple[str, ...]) -> Path:
 
     The file of the first suffix is created empty with O_EXCL, so two writers (two notebooks, two
     ranks) never pick the same name and nothing is ever overwritten. Used by `save_result` and by
-    the trace files of labutils.experiments.timeline.
+    the trace files of labutils.measure.timeline.
     """
     for n in range(10_000):
         base = directory / (stem if n == 0 else f"{stem}-{n}")

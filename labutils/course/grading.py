@@ -25,8 +25,10 @@ How an answer is judged (`grade`):
 `read_number` / `read_whole` read what was typed; `window`, `is_close`, `rounds_to` and `nearest`
 judge closeness; `unit_slips` lists the slips a unit invites; `grade` puts them together into one
 reply. The graders sit with the part of the course they grade: `predictions` (every notebook),
-`exercises_topology` (01), `exercises_busbw` (02), `exercises_ring` (03-04), `exercises_budget`
-(05-08). Their numbers come from the model modules; no formula is repeated in a grader.
+`exercises_topology` (01), `exercises_busbw` (02), `exercises_ring` (03-04),
+`exercises_tensor_parallel` (05), `exercises_budget` (06), `exercises_validation` (07),
+`exercises_ddp` (08). Their numbers come from the model modules; no formula is repeated in a
+grader.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ and the newest saved all_reduce sweep. Each answers (reading, "") or (None, why 
 starts a rank.
 
 The readers are called through the modules that define them (`topology.nvml_facts`,
-`pcie.run_lspci`, `copies.peer_access_matrix`, `sweep.load_sweep`), so a test fakes each where it
+`sources.run_lspci`, `copies.peer_access_matrix`, `sweep.load_sweep`), so a test fakes each where it
 is defined. `labutils.doctor.doctor.run_doctor` calls `read_this_machine` when no topology file is given.
 """
 
@@ -17,7 +17,7 @@ import pynvml
 from labutils.doctor.cases import case_command
 from labutils.doctor.evidence import MachineFacts, Measurement, measurement_from_frame
 from labutils.measure import copies, sweep
-from labutils.readers import pcie, topology
+from labutils.readers import sources, topology
 from labutils.readers.pcie import PciDevice, parse_lspci
 from labutils.readers.topology import Topology, pcie_gen_of
 
@@ -63,7 +63,7 @@ def live_facts() -> tuple[MachineFacts | None, str]:
 def live_lspci() -> tuple[tuple[PciDevice, ...] | None, str]:
     """This machine's `lspci -vvv`, parsed, or (None, why not)."""
 
-    text, why = pcie.run_lspci()
+    text, why = sources.run_lspci()
     if text is None:
         return None, why
     devices = parse_lspci(text, "lspci -vvv")

@@ -11,11 +11,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from labutils.core.inputs import LabInputError, check_choice, check_int
+from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.core.progress import rank_progress
 from labutils.core.units import format_size
-from labutils.experiments.ddp_step import DDP_SECTIONS, StepConfig, contention_worker, train_worker
+from labutils.experiments.ddp_step import DDP_SECTIONS, StepConfig, contention_worker, ddp_timeline_worker, train_worker
 from labutils.measure.launch import launch, resolve_backend
+from labutils.measure.timeline import Timeline, record_timeline
 from labutils.model.ddp_model import DEFAULT_BUCKET_MB, bucket_comm_ms, is_between, mlp_bucket_sizes, predict_step
 
 # --- running it from the notebook, the CLI or a benchmark -----------------------------------------
@@ -268,3 +269,18 @@ def time_breakdown(summary: pd.DataFrame) -> pd.DataFrame:
                                              "optimizer"]].sum(axis=1)
     out["step_ms"] = summary["step_ms"]
     return out.set_index("label")
+
+
+def record_ddp_step(width: int = 256, depth: int = 4, batch_per_rank: int = 32, bucket_cap_mb: float = 1.0,
+                    nproc: int = 2, backend: str = "gloo", device: str = "cpu", warmup: int = 2,
+                    timeout_s: float = 120.0) -> Timeline:
+    """Record one DDP training step on `nproc` ranks (see ddp_step.ddp_timeline_worker)."""
+    check_int("width", width, low=1, high=65536)
+    check_int("depth", depth, low=1, high=64)
+    check_int("batch_per_rank", batch_per_rank, low=1)
+    check_range("bucket_cap_mb", bucket_cap_mb, low=0, low_open=True, unit="MiB")
+    kwargs = {"width": width, "depth": depth, "batch_per_rank": batch_per_rank, "bucket_cap_mb": bucket_cap_mb,
+              "warmup": warmup}
+    return record_timeline(ddp_timeline_worker, nproc, kwargs, backend, device, timeout_s,
+                   f"one DDP step, width {width}, depth {depth}, {batch_per_rank} rows per rank, "
+                   f"{bucket_cap_mb:g} MiB buckets, {nproc} ranks ({backend} on {device})")

@@ -33,10 +33,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import record_function
 
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
-from labutils.measure.harness import agree_iters
-from labutils.measure.timing import SectionTimer, barrier, line_up, synchronize, time_loop
+from labutils.measure.timeline import profile_step
+from labutils.measure.timing import SectionTimer, agree_iters, barrier, line_up, synchronize, time_loop
 from labutils.model.ddp_model import mlp_gradient_bytes, mlp_param_count
 
 DDP_MODES = ("single", "ddp", "no_overlap")
@@ -332,3 +333,30 @@ def contention_worker(ctx, width: int, depth: int = 4, batch_per_rank: int = 32,
             mlp_gradient_bytes(width, depth), "backward_ms": backward, "allreduce_ms": allreduce,
             "together_ms": together, "world_size": ctx.world_size, "backend": ctx.backend,
             "device": ctx.device.split(":")[0]}
+
+
+def ddp_timeline_worker(ctx, width: int = 256, depth: int = 4, batch_per_rank: int = 32, bucket_cap_mb: float = 1.0,
+                    warmup: int = 2, seed: int = 0) -> dict:
+    """One DDP training step (forward, backward with bucketed all-reduces, SGD) recorded on this rank.
+
+    The model and batch are notebook 08's (labutils.experiments.data_parallel.build_mlp, synthetic_batch).
+    Returns {"rank", "trace"}.
+    """
+    model = build_mlp(width, depth, seed).to(ctx.device)
+    ids = [torch.device(ctx.device).index] if ctx.device.startswith("cuda") else None
+    ddp = DDP(model, device_ids=ids, bucket_cap_mb=bucket_cap_mb)
+    x, y = synthetic_batch(batch_per_rank * ctx.world_size, width, seed + 1)
+    part = rank_slice(len(x), ctx.rank, ctx.world_size)
+    x, y = x[part].to(ctx.device), y[part].to(ctx.device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step():
+        with record_function("lab:forward"):
+            loss = torch.nn.functional.mse_loss(ddp(x), y)
+        with record_function("lab:backward"):
+            loss.backward()
+        with record_function("lab:optimizer"):
+            opt.step()
+            opt.zero_grad()
+
+    return {"rank": ctx.rank, "trace": profile_step(step, ctx.device, warmup)}

@@ -17,9 +17,9 @@ import torch.distributed as dist
 from labutils.core.busbw import bandwidths_GBps, canonical_dtype, element_bytes, layout
 from labutils.core.inputs import check_int, check_range
 from labutils.measure.buffers import expected, fill
-from labutils.measure.harness import agree_iters, warmup_iters
+from labutils.measure.harness import warmup_iters
 from labutils.measure.launch import default_threads, launch
-from labutils.measure.timing import across_ranks, time_loop
+from labutils.measure.timing import across_ranks, agree_iters, time_loop
 
 # --- 4. the real thing ---------------------------------------------------------------------------
 

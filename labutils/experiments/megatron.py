@@ -50,9 +50,8 @@ from labutils.experiments.tensor_parallel import (
     tolerance,
 )
 from labutils.measure.buffers import torch_dtype
-from labutils.measure.launch import MAX_TIMEOUT_S, launch, resolve_backend
+from labutils.measure.launch import MAX_TIMEOUT_S, free_memory_bytes, launch, resolve_backend
 from labutils.measure.placement import check_local_ranks
-from labutils.measure.sweep import free_memory_bytes
 
 # --- 1. f and g -------------------------------------------------------------------------------------
 

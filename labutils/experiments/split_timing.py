@@ -38,13 +38,13 @@ from labutils.experiments.tensor_parallel import (
     mlp_weights,
     serial_tail,
     shard,
-    split_columns,
     timed_step,
     tp_block_step,
 )
-from labutils.measure.harness import agree_iters
 from labutils.measure.launch import launch
-from labutils.measure.timing import barrier, line_up
+from labutils.measure.timeline import Timeline, profile_step, record_timeline
+from labutils.measure.timing import SectionTimer, agree_iters, barrier, line_up
+from labutils.model.toy_split import split_columns
 
 # --- 1. the sizes, a pure function of the route ------------------------------------------------------
 
@@ -236,3 +236,27 @@ def time_layers(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str
         per_rank = launch(time_layers_worker, nproc, kwargs=kwargs, backend=backend, device=device,
                           timeout_s=timeout_s, threads_per_rank=threads_per_rank, on_report=on_report)
     return pd.DataFrame([row for rows in per_rank for row in rows])
+
+
+def overlap_timeline_worker(ctx, size=(32, 256), chunks: int = 4, warmup: int = 2, seed: int = 0,
+                        activation: str = "relu") -> dict:
+    """One step of notebook 07's chunked split layer (overlap_step) recorded on
+    this rank: chunk i's all-reduce is started asynchronously while chunk i+1 computes."""
+    size = as_size(size)
+    part = shard(mlp_weights(size.hidden, size.ffn, seed, "float32", ctx.device), ctx.rank, ctx.world_size)
+    x = mlp_input(size.batch, size.hidden, seed, "float32", ctx.device)
+    trace = profile_step(lambda: overlap_step(x, part, activation, chunks, SectionTimer(ctx.device)), ctx.device,
+                         warmup)
+    return {"rank": ctx.rank, "trace": trace}
+
+
+def record_overlap_step(size=(32, 256), chunks: int = 4, nproc: int = 2, backend: str = "gloo", device: str = "cpu",
+                        warmup: int = 2, timeout_s: float = 120.0) -> Timeline:
+    """Record one chunked split-layer step (notebook 07's overlap) on `nproc` ranks."""
+    size = as_size(size)
+    chunks = check_int("chunks", chunks, low=1, high=size.batch)
+    split_columns(size.ffn, nproc, "nproc")
+    kwargs = {"size": (size.batch, size.hidden, size.ffn), "chunks": chunks, "warmup": warmup}
+    return record_timeline(overlap_timeline_worker, nproc, kwargs, backend, device, timeout_s,
+                   f"one split-layer step {size.batch}x{size.hidden} in {chunks} chunks, {nproc} ranks "
+                   f"({backend} on {device})")

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from labutils.core.busbw import REDOPS, ROOTS, Layout, bandwidths_GBps, layout
 from labutils.measure.buffers import collective_call, count_wrong, make_buffers
-from labutils.measure.timing import across_ranks, time_loop
+from labutils.measure.timing import across_ranks, agree_iters, time_loop
 
 
 def time_one_allreduce(ctx, size_bytes: int, iters: int = 20, warmup: int = 5) -> float:
@@ -56,14 +56,6 @@ def warmup_iters(size_bytes: int, warmup: int) -> int:
     if warmup <= 0:
         return 0
     return max(1, min(warmup, warmup * (4 << 20) // max(1, size_bytes)))
-
-
-def agree_iters(probe_ms: float, budget_ms: float, min_iters: int, max_iters: int, device: str) -> int:
-    """Rank 0 turns its probe time into an iteration count and broadcasts it to every rank."""
-    want = budget_ms / probe_ms if probe_ms > 0 else max_iters
-    iters = torch.tensor([int(min(max_iters, max(min_iters, math.ceil(want))))], dtype=torch.int64, device=device)
-    dist.broadcast(iters, src=0)
-    return int(iters.item())
 
 
 BLOCKS = 5  # timed blocks per size; the median block is kept

@@ -409,3 +409,17 @@ def ping_worker(ctx: RankContext) -> dict:
     ctx.report({"stage": "all_reduce done"})
     return {"rank": ctx.rank, "pid": os.getpid(), "sum": float(t.item()),
             "expected": ctx.world_size * (ctx.world_size - 1) / 2}
+
+
+def free_memory_bytes(device: str, nproc: int) -> int:
+    """Memory free for the buffers: MemAvailable on the CPU, the smallest GPU's free memory on CUDA."""
+    if device == "cuda":
+        return min(torch.cuda.mem_get_info(i)[0] for i in range(min(nproc, torch.cuda.device_count())))
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-import os
 import platform
 import socket
 import sys
@@ -46,6 +45,7 @@ from labutils.measure.launch import (
     BackendChoice,
     RankError,
     cuda_device_count,
+    free_memory_bytes,
     launch,
     ranks_per_gpu,
     resolve_backend,
@@ -56,7 +56,7 @@ from labutils.measure.my_link import load_link, save_link
 from labutils.measure.placement import check_local_ranks, machine_placement
 from labutils.model.fit import LinkFit, fit_alpha_beta
 from labutils.readers.nccl_tests import print_rows
-from labutils.readers.topology import run_nvidia_smi
+from labutils.readers.sources import run_nvidia_smi
 
 
 class WrongResultError(RuntimeError):
@@ -126,20 +126,6 @@ def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", **s
             "world_size": world_size, **_versions(), "topology": topology_text() if device == "cuda" else None,
             "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "backend_reason": reason, "python": platform.python_version(), **settings}
-
-
-def free_memory_bytes(device: str, nproc: int) -> int:
-    """Memory free for the buffers: MemAvailable on the CPU, the smallest GPU's free memory on CUDA."""
-    if device == "cuda":
-        return min(torch.cuda.mem_get_info(i)[0] for i in range(min(nproc, torch.cuda.device_count())))
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
 def check_memory(max_bytes: int, nproc: int, device: str, ranks_here: int, free_bytes: int | None = None) -> None:

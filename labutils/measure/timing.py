@@ -8,6 +8,7 @@ together. Warm-up is never timed: callers run it before `time_loop`.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -155,3 +156,11 @@ def across_ranks(value: float, device: str = "cpu") -> RankStats:
     dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
     world = dist.get_world_size()
     return RankStats(float(total[0]) / world, float(extremes[0]), -float(extremes[1]))
+
+
+def agree_iters(probe_ms: float, budget_ms: float, min_iters: int, max_iters: int, device: str) -> int:
+    """Rank 0 turns its probe time into an iteration count and broadcasts it to every rank."""
+    want = budget_ms / probe_ms if probe_ms > 0 else max_iters
+    iters = torch.tensor([int(min(max_iters, max(min_iters, math.ceil(want))))], dtype=torch.int64, device=device)
+    dist.broadcast(iters, src=0)
+    return int(iters.item())

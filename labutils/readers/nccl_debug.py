@@ -37,7 +37,7 @@ import pandas as pd
 
 from labutils.core.inputs import LabInputError
 from labutils.core.results import DATA_DIR, to_json
-from labutils.readers.files import read_text
+from labutils.readers.sources import read_text
 
 SAMPLES_DIR = DATA_DIR / "nccl_debug"
 
@@ -201,7 +201,7 @@ def parse_connections(text) -> list[Connection]:
 def read_connections(path) -> list[Connection]:
     """The connections of a log file (see parse_connections).
 
-    LabInputError naming the file when it cannot be read (`files.read_text`) or holds no connection
+    LabInputError naming the file when it cannot be read (`sources.read_text`) or holds no connection
     line (then NCCL_DEBUG was not INFO, or the communicator never started).
     """
     text = read_text(path, "LOG", "; give the log file written with NCCL_DEBUG=INFO")

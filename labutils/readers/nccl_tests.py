@@ -34,7 +34,7 @@ import pandas as pd
 from labutils.core.busbw import COLUMNS, DTYPE_ALIASES, DTYPES, OPS, bus_factor
 from labutils.core.inputs import LabInputError, check_choice, check_int
 from labutils.core.results import to_json
-from labutils.readers.files import read_text
+from labutils.readers.sources import read_text
 
 _PREFIX = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
 _NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")

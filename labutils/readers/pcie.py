@@ -23,10 +23,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from labutils.core.commands import tool_output
 from labutils.core.inputs import LabInputError, check_choice
-from labutils.readers.files import read_text
 from labutils.readers.links import LinkFigure, pcie_figure, range_kind
+from labutils.readers.sources import read_text
 
 GT_PER_LANE = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 ENCODING = {1: 8 / 10, 2: 8 / 10, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
@@ -208,11 +207,6 @@ def bridges_above(devices, device: PciDevice) -> list[PciDevice]:
     """The bridges whose bus range holds `device`, from the root port down to the nearest one."""
     found = [b for b in devices if device.below(b)]
     return sorted(found, key=lambda b: (b.subordinate_bus - b.secondary_bus, -b.secondary_bus), reverse=True)
-
-
-def run_lspci(timeout_s: float = 15.0) -> tuple[str | None, str]:
-    """(`lspci -vvv` output, "") or (None, why not)."""
-    return tool_output(["lspci", "-D", "-vvv"], "lspci is not installed (package pciutils)", timeout_s, "lspci -vvv")
 
 
 def scale_to_pcie(fig: LinkFigure, gen: int, width: int = 16) -> LinkFigure:

@@ -27,12 +27,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from labutils.core.commands import tool_output
 from labutils.core.inputs import LabInputError, check_choice
 from labutils.core.results import DATA_DIR
-from labutils.readers.files import read_text
 from labutils.readers.links import LinkFigure, link_figure, link_figures, nvlink_figure, pcie_figure, range_kind
 from labutils.readers.pcie import GT_PER_LANE, WIDTHS, pcie_band, scale_to_pcie
+from labutils.readers.sources import read_text, run_nvidia_smi
 
 # ---- the matrix ------------------------------------------------------------------------------
 
@@ -423,12 +422,6 @@ def group_bottleneck(topo: Topology, gpus, pcie_gen: int = DEFAULT_PCIE_GEN) -> 
 
 
 # ---- the live machine ----------------------------------------------------------------------
-
-def run_nvidia_smi(timeout_s: float = 15.0) -> tuple[str | None, str]:
-    """(`nvidia-smi topo -m` output, "") or (None, why not), through labutils.core.commands.tool_output."""
-    return tool_output(["nvidia-smi", "topo", "-m"], "nvidia-smi is not installed on this machine (no NVIDIA driver)",
-                       timeout_s, "nvidia-smi topo -m")
-
 
 def live_topology(timeout_s: float = 15.0) -> tuple[Topology | None, str]:
     """This machine's topology, or (None, why not)."""

@@ -1,12 +1,12 @@
 """One recorded step drawn lane by lane (notebooks 07 and 08): the events of
-`labutils.experiments.timeline` as bars, one row per (rank, lane), coloured by what ran there."""
+`labutils.measure.timeline` as bars, one row per (rank, lane), coloured by what ran there."""
 
 from __future__ import annotations
 
 import pandas as pd
 from matplotlib.patches import Patch
 
-from labutils.experiments.timeline import KINDS, merge_intervals
+from labutils.measure.timeline import KINDS, merge_intervals
 from labutils.show.plots import new_figure
 
 KIND_COLOURS = {"compute": "#0072B2", "communication": "#D55E00", "copy": "#009E73"}

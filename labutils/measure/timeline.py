@@ -2,8 +2,7 @@
 
 Reading order:
 1. recording: every rank runs a few untimed steps, lines up at a barrier, and records ONE step
-   with `torch.profiler` (CPU activity; CUDA too on a GPU) inside a `lab:step` mark; the
-   workers record a data-parallel (DDP) training step or the chunked split layer of notebook 07;
+   with `torch.profiler` (CPU activity; CUDA too on a GPU) inside a `lab:step` mark;
 2. merging: the ranks' Chrome traces become one trace, each rank a process of its own
    ("rank 0 · ...", "rank 1 · ..."), that Perfetto (https://ui.perfetto.dev) or
    chrome://tracing opens; `save_trace` writes it under the results folder, never overwriting;
@@ -20,8 +19,10 @@ Reading order:
 The profiler costs time of its own: a recorded step is slower than a timed one; the timeline
 shows order and overlap, the timed runs of notebooks 07 and 08 give the durations.
 
-Workers (functions a spawned rank runs) live here and are started with `labutils.measure.launch.launch`;
-every rank makes the same collective calls in the same order.
+The steps recorded are the experiments' own: `labutils.experiments.data_parallel.record_ddp_step`
+(notebook 08) and `labutils.experiments.split_timing.record_overlap_step` (notebook 07), each a rank
+worker that calls `profile_step` and is run by `record_timeline`; every rank makes the same collective
+calls in the same order.
 """
 
 from __future__ import annotations
@@ -35,18 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from labutils.core.inputs import LabInputError, check_int, check_range
+from labutils.core.inputs import LabInputError, check_int
 from labutils.core.results import reserve_path, results_dir, utc_stamp, write_atomic
-from labutils.experiments.ddp_step import build_mlp, rank_slice, synthetic_batch
-from labutils.experiments.split_timing import overlap_step
-from labutils.experiments.tensor_parallel import as_size, mlp_input, mlp_weights, shard
 from labutils.measure.launch import launch
-from labutils.measure.timing import SectionTimer, barrier, is_cuda, synchronize
-from labutils.model.toy_split import split_columns
+from labutils.measure.timing import barrier, is_cuda, synchronize
 
 STEP_MARK = "lab:step"
 KINDS = ("compute", "communication", "copy")  # drawn; everything else is "other"
@@ -86,45 +81,6 @@ def profile_step(step, device: str = "cpu", warmup: int = 2) -> dict:
     return trace
 
 
-def ddp_step_worker(ctx, width: int = 256, depth: int = 4, batch_per_rank: int = 32, bucket_cap_mb: float = 1.0,
-                    warmup: int = 2, seed: int = 0) -> dict:
-    """One DDP training step (forward, backward with bucketed all-reduces, SGD) recorded on this rank.
-
-    The model and batch are notebook 08's (labutils.experiments.data_parallel.build_mlp, synthetic_batch).
-    Returns {"rank", "trace"}.
-    """
-    model = build_mlp(width, depth, seed).to(ctx.device)
-    ids = [torch.device(ctx.device).index] if ctx.device.startswith("cuda") else None
-    ddp = DDP(model, device_ids=ids, bucket_cap_mb=bucket_cap_mb)
-    x, y = synthetic_batch(batch_per_rank * ctx.world_size, width, seed + 1)
-    part = rank_slice(len(x), ctx.rank, ctx.world_size)
-    x, y = x[part].to(ctx.device), y[part].to(ctx.device)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-
-    def step():
-        with record_function("lab:forward"):
-            loss = torch.nn.functional.mse_loss(ddp(x), y)
-        with record_function("lab:backward"):
-            loss.backward()
-        with record_function("lab:optimizer"):
-            opt.step()
-            opt.zero_grad()
-
-    return {"rank": ctx.rank, "trace": profile_step(step, ctx.device, warmup)}
-
-
-def overlap_step_worker(ctx, size=(32, 256), chunks: int = 4, warmup: int = 2, seed: int = 0,
-                        activation: str = "relu") -> dict:
-    """One step of notebook 07's chunked split layer (labutils.experiments.split_timing.overlap_step) recorded on
-    this rank: chunk i's all-reduce is started asynchronously while chunk i+1 computes."""
-    size = as_size(size)
-    part = shard(mlp_weights(size.hidden, size.ffn, seed, "float32", ctx.device), ctx.rank, ctx.world_size)
-    x = mlp_input(size.batch, size.hidden, seed, "float32", ctx.device)
-    trace = profile_step(lambda: overlap_step(x, part, activation, chunks, SectionTimer(ctx.device)), ctx.device,
-                         warmup)
-    return {"rank": ctx.rank, "trace": trace}
-
-
 # --- 2. merging the ranks' traces ------------------------------------------------------------------------
 
 
@@ -155,7 +111,7 @@ def merge_traces(traces: list[dict]) -> dict:
             e["args"] = args
             merged.append(e)
     return {"traceEvents": merged, "displayTimeUnit": "ms",
-            "otherData": {"made_by": "labutils.experiments.timeline", "ranks": len(traces), "step_mark": STEP_MARK}}
+            "otherData": {"made_by": "labutils.measure.timeline", "ranks": len(traces), "step_mark": STEP_MARK}}
 
 
 # --- 3. parsing ------------------------------------------------------------------------------------------
@@ -319,39 +275,14 @@ class Timeline:
         return summary(self.events)
 
 
-def _record(worker, nproc: int, kwargs: dict, backend: str, device: str, timeout_s: float, what: str) -> Timeline:
-
+def record_timeline(worker, nproc: int, kwargs: dict, backend: str, device: str, timeout_s: float,
+                    what: str) -> Timeline:
+    """Run `worker` (which returns {"rank", "trace"} from `profile_step`) on `nproc` ranks and merge their
+    traces: the Timeline of one step, described by `what`."""
     nproc = check_int("nproc", nproc, low=1, high=64)
     per_rank = launch(worker, nproc, kwargs=kwargs, backend=backend, device=device, timeout_s=timeout_s)
     trace = merge_traces([r["trace"] for r in sorted(per_rank, key=lambda r: r["rank"])])
     return Timeline(trace, events_frame(trace), what)
-
-
-def record_ddp_step(width: int = 256, depth: int = 4, batch_per_rank: int = 32, bucket_cap_mb: float = 1.0,
-                    nproc: int = 2, backend: str = "gloo", device: str = "cpu", warmup: int = 2,
-                    timeout_s: float = 120.0) -> Timeline:
-    """Record one DDP training step on `nproc` ranks (see ddp_step_worker)."""
-    check_int("width", width, low=1, high=65536)
-    check_int("depth", depth, low=1, high=64)
-    check_int("batch_per_rank", batch_per_rank, low=1)
-    check_range("bucket_cap_mb", bucket_cap_mb, low=0, low_open=True, unit="MiB")
-    kwargs = {"width": width, "depth": depth, "batch_per_rank": batch_per_rank, "bucket_cap_mb": bucket_cap_mb,
-              "warmup": warmup}
-    return _record(ddp_step_worker, nproc, kwargs, backend, device, timeout_s,
-                   f"one DDP step, width {width}, depth {depth}, {batch_per_rank} rows per rank, "
-                   f"{bucket_cap_mb:g} MiB buckets, {nproc} ranks ({backend} on {device})")
-
-
-def record_overlap_step(size=(32, 256), chunks: int = 4, nproc: int = 2, backend: str = "gloo", device: str = "cpu",
-                        warmup: int = 2, timeout_s: float = 120.0) -> Timeline:
-    """Record one chunked split-layer step (notebook 07's overlap) on `nproc` ranks."""
-    size = as_size(size)
-    chunks = check_int("chunks", chunks, low=1, high=size.batch)
-    split_columns(size.ffn, nproc, "nproc")
-    kwargs = {"size": (size.batch, size.hidden, size.ffn), "chunks": chunks, "warmup": warmup}
-    return _record(overlap_step_worker, nproc, kwargs, backend, device, timeout_s,
-                   f"one split-layer step {size.batch}x{size.hidden} in {chunks} chunks, {nproc} ranks "
-                   f"({backend} on {device})")
 
 
 def save_trace(trace: dict, kind: str = "timeline", directory: str | os.PathLike | None = None) -> Path:

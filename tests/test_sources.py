@@ -3,7 +3,7 @@
 import pytest
 
 from labutils.core.inputs import LabInputError
-from labutils.readers.files import read_text
+from labutils.readers.sources import read_text
 
 
 def test_the_text_comes_back_with_undecodable_bytes_replaced(tmp_path):
