@@ -153,13 +153,13 @@ def origin(tmp_path):
     return repo
 
 
-@pytest.mark.parametrize("colab_sign", ["environment", "module"])
+@pytest.mark.parametrize("colab_sign", ["environment", "module", "both"])
 def test_on_colab_it_clones_installs_without_torch_and_moves_into_notebooks(
         colab_sign, no_lab, recorded, origin, tmp_path, monkeypatch, capfd):
     widget_manager = []
-    if colab_sign == "environment":
+    if colab_sign in ("environment", "both"):  # a real Colab kernel has both signs
         monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-test")
-    else:
+    if colab_sign in ("module", "both"):
         output = types.SimpleNamespace(enable_custom_widget_manager=lambda: widget_manager.append(True))
         colab = types.ModuleType("google.colab")
         colab.output = output
@@ -180,7 +180,7 @@ def test_on_colab_it_clones_installs_without_torch_and_moves_into_notebooks(
     assert (clone / "labutils" / "__init__.py").is_file()
     assert sys.path[0] == str(clone) and Path.cwd() == clone / "notebooks"
     assert f"+ git clone --depth 1 {origin.as_uri()} {clone}" in capfd.readouterr().err, "each step is shown"
-    assert widget_manager == ([True] if colab_sign == "module" else [])
+    assert widget_manager == ([] if colab_sign == "environment" else [True])
 
     monkeypatch.chdir(content)  # run again (e.g. after a restart): no second clone
     recorded.clear()
