@@ -6,13 +6,18 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from rank_workers import gradient_worker, reference_gradient
 
 from labutils.core.inputs import LabInputError
+from labutils.course import machine
 from labutils.experiments import data_parallel, ddp_step
+from labutils.experiments import split_timing as st
 from labutils.measure.launch import launch
 from labutils.model import ddp_model
 from labutils.model.fit import allreduce_ms
+
+NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 # --- the model and its gradient size ---------------------------------------------------------
 
@@ -220,3 +225,107 @@ def test_widget_follows_its_sliders():
     dash.sliders["hideable"].value = 1.0
     assert dash.state()["efficiency"][2] == pytest.approx(
         ddp_model.predicted_efficiency(100e6, 100.0, 50.0, 2, hideable=1.0, scaling="strong"))
+
+
+def test_training_sizes_follow_the_route():
+    cpu, one, eight = (ddp_model.experiment_plan(machine.route("08_data_parallel_training", g), quick=False)
+                       for g in (0, 1, 8))
+    assert cpu.batch_per_rank == 32 and cpu.gradient_mib == (2, 8, 32, 64)
+    assert one.batch_per_rank > eight.batch_per_rank > cpu.batch_per_rank  # shared GPU: slower link per flop
+    quick = ddp_model.experiment_plan(machine.route("08_data_parallel_training", 1), quick=True)
+    assert quick.steps < one.steps and len(quick.gradient_mib) < len(one.gradient_mib)
+    # backward / all-reduce ~ b x busbw / flop rate: near 1 on a shared H200 with gloo (1.7 GB/s, x2 time)
+    ratio = one.batch_per_rank * 1.7e9 * 2 / 6.7e13
+    assert 0.2 < ratio < 5
+
+
+def test_buckets_are_read_off_the_curve_one_by_one(synthetic_sweep, true_us):
+    sweep = synthetic_sweep()
+    width = ddp_model.mlp_for_gradient_bytes(32 * 2**20)
+    sizes = ddp_model.mlp_bucket_sizes(width, 4, 25)
+    assert sum(sizes) == ddp_model.mlp_gradient_bytes(width, 4)
+    assert len(sizes) == ddp_model.mlp_bucket_count(width, 4, 25)
+    ms, reading = ddp_model.bucket_comm_ms(sweep, sizes)
+    assert ms == pytest.approx(sum(true_us(s) for s in sizes) / 1e3, rel=0.05)
+    assert len(reading.time_us) == len(sizes)
+
+
+# --- 07: the bounds (fake numbers) -----------------------------------------------------------------------
+
+def _bounds_summary(ddp_ms, no_overlap_ms, width=256):
+    grad = ddp_model.mlp_gradient_bytes(width, 4)
+    base = {"width": width, "depth": 4, "gradient_bytes": grad, "bucket_cap_mb": 25.0, "exposed_comm_ms": 0.0,
+            "allreduce_ms": 0.0, "wait_ms": 0.0, "batch_per_rank": 32}
+    return pd.DataFrame([
+        dict(base, run=0, mode="single", world_size=1, forward_ms=1.0, backward_ms=2.0, optimizer_ms=0.5, step_ms=3.5),
+        dict(base, run=1, mode="ddp", world_size=2, forward_ms=1.0, backward_ms=4.0, optimizer_ms=0.5,
+             step_ms=ddp_ms, backward_compute_ms=2.0),
+        dict(base, run=2, mode="no_overlap", world_size=2, forward_ms=1.0, backward_ms=2.0, optimizer_ms=0.5,
+             step_ms=no_overlap_ms, allreduce_ms=no_overlap_ms - 3.5)])
+
+
+def test_bounds_from_the_curve_hold_a_step_that_overlaps(synthetic_sweep):
+    sweep = synthetic_sweep()
+    grad_bytes = ddp_model.mlp_gradient_bytes(256, 4)
+    comm = ddp_model.bucket_comm_ms(sweep, [grad_bytes])[0]
+    lower, upper = 1.5 + max(2.0, comm), 3.5 + comm  # forward + optimizer = 1.5; backward = 2
+    inside = data_parallel.prediction_table(_bounds_summary((lower + upper) / 2, upper), 100.0, 0.0,
+                                            sweep=sweep).set_index("mode")
+    assert inside.loc["ddp", "overlap_pred_ms"] == pytest.approx(lower)
+    assert inside.loc["ddp", "no_overlap_pred_ms"] == pytest.approx(upper)
+    assert inside.loc["ddp", "between"] and not inside.loc["ddp", "extrapolated"]
+    assert inside.loc["ddp", "comm_line_ms"] != pytest.approx(inside.loc["ddp", "comm_pred_ms"])
+    assert ddp_model.between_bounds_figure(inside.reset_index()) == "1/1"
+    above = data_parallel.prediction_table(_bounds_summary(upper * 1.2, upper), 100.0, 0.0, sweep=sweep)
+    assert ddp_model.between_bounds_figure(above) == "0/1"
+    with pytest.raises(LabInputError, match="rank count"):
+        data_parallel.prediction_table(_bounds_summary(5, 6), 1.0, 0.0, sweep=synthetic_sweep(world_size=4))
+
+
+def test_is_between_and_where_the_bounds_take_compute_from():
+    p = ddp_model.StepPrediction(1.0, 4.0, 0.5, 3.0, 1)
+    assert (p.overlap_ms, p.no_overlap_ms) == (5.5, 8.5)
+    assert ddp_model.is_between(5.5, p) and ddp_model.is_between(8.5, p) and not ddp_model.is_between(8.6, p)
+    assert not ddp_model.is_between(5.4, p)
+    cpu, one, eight = (machine.route("08_data_parallel_training", g) for g in (0, 1, 8))
+    assert [ddp_model.bounds_compute(r) for r in (cpu, one, eight)] == ["one_rank", "n_rank", "one_rank"]
+    assert [ddp_model.bounds_expected(r) for r in (cpu, one, eight)] == [False, True, True]
+
+
+def test_contention_table_shows_sum_or_overlap():
+    shared = {"backward_ms": 10.0, "allreduce_ms": 6.0, "together_ms": 17.0}
+    table = data_parallel.contention_table(shared)
+    assert table.loc["no overlap: backward + all-reduce", "ms"] == 16.0
+    assert table.loc["ideal overlap: max(backward, all-reduce)", "ms"] == 10.0
+    assert table.loc["both together, measured", "vs no overlap"] == pytest.approx(17 / 16)
+    assert data_parallel.overlap_verdict(shared).startswith("No overlap")
+    assert data_parallel.overlap_verdict({"backward_ms": 10.0, "allreduce_ms": 6.0,
+                                          "together_ms": 11.0}).startswith("Overlap")
+
+
+@pytest.mark.distributed
+def test_contention_probe_runs_on_two_cpu_ranks():
+    out = launch(ddp_step.contention_worker, 2, kwargs={"width": 48, "depth": 2, "batch_per_rank": 8, "reps": 2},
+                 timeout_s=120)
+    assert out[0] == out[1]  # every figure is the slowest rank's, the same on both
+    assert out[0]["backward_ms"] > 0 and out[0]["allreduce_ms"] > 0 and out[0]["together_ms"] > 0
+
+
+def test_bucket_size_range_covers_every_all_reduce_of_the_runs():
+    widths = [ddp_model.mlp_for_gradient_bytes(m * 2**20) for m in (2, 64)]
+    low, high = ddp_model.bucket_size_range(widths, 4, (1, 4))
+    every = [b for w in widths for b in ddp_model.mlp_bucket_sizes(w, 4, 25)]
+    every += [b for c in (1, 4) for b in ddp_model.mlp_bucket_sizes(max(widths), 4, c)]
+    assert low == min(every) and high == ddp_model.mlp_gradient_bytes(max(widths), 4) >= max(every)
+
+
+# --- on a CUDA GPU only (skipped here; benchmarks/gpu_check.py runs them: pytest -m cuda) -------------
+
+@NEEDS_GPU
+def test_gpu_split_layer_and_training_step_compute_on_the_gpu():
+    frame = st.time_layers([(8, 64)], 2, ("whole", "split"), backend="gloo", device="cuda", quick=True, timeout_s=180)
+    assert set(frame["mode"]) == {"whole", "split"} and (frame["total_ms"] > 0).all()
+    cfgs = [ddp_step.StepConfig(48, 2, 8, mode, steps=2, warmup=1) for mode in ("ddp", "no_overlap")]
+    steps, probe = data_parallel._launch(cfgs, 2, "gloo", "cuda", 180, False,
+                              contention={"width": 48, "depth": 2, "batch_per_rank": 8, "reps": 2})
+    assert set(steps["device"]) == {"cuda"} and probe["device"] == "cuda" and probe["together_ms"] > 0

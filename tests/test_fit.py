@@ -20,6 +20,7 @@ from labutils.model.fit import (
     crossover_bytes,
     fit_alpha_beta,
     heldout_table,
+    interpolate_time_us,
     latency_term_us,
 )
 from labutils.readers.nccl_tests import parse_nccl_tests
@@ -183,3 +184,30 @@ def test_a_saved_link_reads_back_and_a_foreign_one_is_skipped(tmp_path):
     link = load_link(directory=tmp_path, world_size=2)
     assert (link.alpha_us, link.busbw_GBps) == (50.0, 3.0)
     assert [name for name, _, _ in saved_links(tmp_path)] == ["mine"]
+
+
+# --- the measured curve, interpolated -------------------------------------------------------------
+
+def test_interpolation_follows_a_curve_one_line_misses(synthetic_sweep, true_us):
+    sweep = synthetic_sweep()
+    between = [int(1.5 * 2**k) for k in range(11, 26)]  # never measured
+    reading = interpolate_time_us(sweep, between)
+    truth = np.array([true_us(s) for s in between])
+    assert not reading.any_extrapolated and reading.note() == ""
+    assert np.max(np.abs(reading.time_us - truth) / truth) < 0.06
+    line = fit_alpha_beta(sweep, holdout=False)
+    line_us = line.alpha_us + np.array(between) / (line.busbw_GBps * 1e3)
+    assert np.max(np.abs(line_us - truth) / truth) > 0.3  # one alpha-beta line over the range misses
+    exact = interpolate_time_us(sweep, [2**20])
+    assert exact.time_us[0] == pytest.approx(true_us(2**20))
+
+
+def test_interpolation_extrapolates_carefully_and_says_so(synthetic_sweep, true_us):
+    sweep = synthetic_sweep()
+    reading = interpolate_time_us(sweep, [512, 2**27])
+    assert reading.extrapolated.tolist() == [True, True]
+    assert reading.time_us[0] == pytest.approx(true_us(1024))  # no smaller than the smallest measured
+    assert reading.time_us[1] == pytest.approx(2 * true_us(2**26))  # the largest size's bandwidth
+    assert "outside the measured" in reading.note() and "512" in reading.note()
+    with pytest.raises(LabInputError, match="size_bytes"):
+        interpolate_time_us(sweep, [0])

@@ -1,12 +1,24 @@
-"""The launcher: real gloo ranks, failures named by rank, nothing left running."""
+"""The launcher: real gloo ranks, failures named by rank, nothing left running; the backend and each
+rank's device chosen from the GPU count (faked), NCCL differing from gloo on CUDA only in its name."""
 
 import os
 
 import pytest
+import torch
 from rank_workers import faulty_ping_worker
 
 from labutils.core.inputs import LabInputError
-from labutils.measure.launch import RankError, launch, ping_worker, resolve_backend
+from labutils.measure.launch import (
+    RankError,
+    barrier_kwargs,
+    launch,
+    ping_worker,
+    rank_plan,
+    ranks_per_gpu,
+    resolve_backend,
+)
+
+NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def _alive(pid: int) -> bool:
@@ -83,3 +95,42 @@ def test_line_up_runs_the_untimed_step_once_after_the_barrier():
     line_up("cpu", lambda: calls.append("step"))
     line_up("cpu")
     assert calls == ["step"]
+
+
+def test_resolve_backend_puts_one_gpu_to_work():
+    one = resolve_backend("auto", "auto", 2, gpu_count=1)
+    assert (one.backend, one.device) == ("gloo", "cuda") and "sharing" in one.reason
+    assert resolve_backend("auto", "cpu", 2, gpu_count=1).device == "cpu"
+    assert ranks_per_gpu(2, 1) == 2 and ranks_per_gpu(8, 8) == 1 and ranks_per_gpu(2, 0) == 0
+
+
+# --- NCCL differs from gloo on CUDA only in its name and what NCCL needs -------------------------------
+
+@pytest.mark.parametrize("gpus", [2, 8])
+def test_nccl_differs_from_gloo_on_cuda_only_in_name_and_barrier(gpus):
+    for local_rank in range(gpus):
+        gloo, nccl = rank_plan("gloo", "cuda", local_rank, gpus), rank_plan("nccl", "cuda", local_rank, gpus)
+        assert (gloo.device, gloo.cuda_index) == (nccl.device, nccl.cuda_index) == (f"cuda:{local_rank}", local_rank)
+        assert (gloo.backend, nccl.backend) == ("gloo", "nccl")
+        assert gloo.barrier_kwargs == {} and nccl.barrier_kwargs == {"device_ids": [local_rank]}
+        differ = {k for k in gloo.__dataclass_fields__ if getattr(gloo, k) != getattr(nccl, k)}
+        assert differ == {"backend", "barrier_kwargs"}
+
+
+def test_one_gpu_is_shared_by_gloo_and_refused_by_nccl():
+    assert [rank_plan("gloo", "cuda", r, 1).device for r in range(3)] == ["cuda:0"] * 3
+    with pytest.raises(LabInputError, match="one GPU per rank"):
+        rank_plan("nccl", "cuda", 1, 1)
+    assert rank_plan("gloo", "cpu", 3, 0) == rank_plan("gloo", "cpu", 3, 8)
+    with pytest.raises(LabInputError, match="nccl"):
+        rank_plan("nccl", "cpu", 0, 8)
+    assert barrier_kwargs("nccl", "cuda:3") == {"device_ids": [3]}
+    assert barrier_kwargs("gloo", "cuda:3") == barrier_kwargs("nccl", "cpu") == {}
+
+
+# --- on a CUDA GPU only (skipped here; benchmarks/gpu_check.py runs them: pytest -m cuda) -------------
+
+@NEEDS_GPU
+def test_gpu_two_gloo_ranks_share_one_gpu():
+    out = launch(ping_worker, 2, backend="gloo", device="cuda", timeout_s=120)
+    assert [r["sum"] for r in out] == [1.0, 1.0]

@@ -205,3 +205,39 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_labutils_has_no_import_cycle():
     cycle = find_cycle(import_graph())
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
+# (module, function) allowed to look at the backend's name: choosing it, and saying what it means
+BACKEND_BRANCHES = {("launch", "resolve_backend"), ("launch", "rank_plan"), ("launch", "barrier_kwargs"),
+                    ("machine", "route"), ("machine", "label"), ("machine", "check_backend_guess"),
+                    ("fit", "fit_alpha_beta"),  # an nccl-tests log without a device column is on CUDA
+                    ("rules", "measurement_causes")}  # a measurement taken with gloo is a cause of low busbw
+
+
+def _backend_comparisons(path: Path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+    def names_backend(n) -> bool:
+        if isinstance(n, ast.Constant):
+            return n.value in ("nccl", "gloo")
+        if isinstance(n, (ast.Tuple, ast.List, ast.Set)):
+            return any(names_backend(e) for e in n.elts)
+        return "backend" in (getattr(n, "id", "") or getattr(n, "attr", ""))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(names_backend(p) for p in [node.left, *node.comparators]):
+            f = node
+            while f in parents and not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                f = parents[f]
+            yield path.stem, getattr(f, "name", "<module>")
+
+
+def test_worker_code_never_branches_on_the_backend():
+    """Every rank runs the same code on gloo and NCCL: only the launcher's choice and rank plan (and
+    the words that describe a route) compare backend names."""
+    import labutils
+
+    found = {hit for path in Path(labutils.__file__).parent.rglob("*.py") for hit in _backend_comparisons(path)}
+    assert found - BACKEND_BRANCHES == set()
+    assert ("launch", "rank_plan") in found  # the scan does see comparisons

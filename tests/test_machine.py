@@ -1,4 +1,5 @@
-"""`machine.check` on this machine, the CPU/NUMA reader, and the `check` / `topo` subcommands."""
+"""`machine.check` on this machine, the CPU/NUMA reader, the `check` / `topo` subcommands, and each
+notebook's route (backend, device, ranks per GPU) as a pure function of the GPU count."""
 
 import json
 
@@ -6,6 +7,7 @@ import pytest
 import torch
 
 from labutils import cli
+from labutils.core.inputs import LabInputError
 from labutils.course import machine
 from labutils.readers import cpus as lab_cpus
 from labutils.readers.topology import list_samples
@@ -160,3 +162,51 @@ def test_lspci_missing_hanging_failing_or_silent_is_one_line(monkeypatch, tmp_pa
         assert run_lspci(timeout_s) == (None, want)
     fake.write_text("#!/bin/sh\necho \"$@\"\n")
     assert run_lspci() == ("-D -vvv\n", "")
+
+
+RANKED = ("02_allreduce_sweep", "05_tensor_parallel", "07_validating_the_budget", "08_data_parallel_training")
+
+
+# --- the route, a pure function of the GPU count ------------------------------------------------------
+
+@pytest.mark.parametrize("notebook", RANKED)
+def test_route_follows_the_gpu_count(notebook):
+    cpu, one, two, eight = (machine.route(notebook, g) for g in (0, 1, 2, 8))
+    assert (cpu.backend, cpu.device, cpu.nproc, cpu.ranks_per_gpu, cpu.case) == ("gloo", "cpu", 2, 0, "cpu")
+    assert (one.backend, one.device, one.nproc, one.ranks_per_gpu, one.case) == ("gloo", "cuda", 2, 2, "one-gpu")
+    assert one.shares_gpu and one.on_gpu and not cpu.on_gpu
+    for many in (two, eight):
+        assert (many.backend, many.device, many.ranks_per_gpu, many.case) == ("nccl", "cuda", 1, "multi-gpu")
+        assert not many.shares_gpu
+    assert "host memory" in one.emulates and "SMs" in one.emulates and "0.5" in one.emulates
+    assert "second GPU's own compute" in one.cannot_show
+    assert "one GPU per rank" in machine.format_route(eight) or "one GPU each" in machine.format_route(eight)
+    # four ranks on two GPUs: gloo on CUDA, two ranks per GPU
+    four = machine.route(notebook, 2, nproc=4)
+    assert (four.backend, four.device, four.ranks_per_gpu) == ("gloo", "cuda", 2)
+
+
+def test_route_of_the_sweep_draws_its_comparisons():
+    cpu, one, eight = (machine.route("02_allreduce_sweep", g) for g in (0, 1, 8))
+    assert cpu.beside == () and not cpu.copy_ceiling
+    assert one.beside == (("gloo", "cpu"),) and one.copy_ceiling  # gloo on CPU beside, the copy as ceiling
+    assert eight.beside == (("gloo", "cuda"),) and not eight.copy_ceiling
+    asked_cpu = machine.route("02_allreduce_sweep", 1, device="cpu")
+    assert (asked_cpu.backend, asked_cpu.device, asked_cpu.beside) == ("gloo", "cpu", ())
+
+
+def test_route_without_ranks_and_bad_input():
+    assert machine.route("06_time_budget", 8).nproc == 0
+    assert machine.route("01_topology", 1).copy_ceiling is True and machine.route("01_topology", 0).nproc == 0
+    with pytest.raises(LabInputError, match="notebook"):
+        machine.route("99_nothing", 1)
+    with pytest.raises(LabInputError, match="gpu_count"):
+        machine.route("02_allreduce_sweep", -1)
+    with pytest.raises(LabInputError, match="one GPU per rank"):
+        machine.route("08_data_parallel_training", 1, backend="nccl")
+
+
+def test_check_reports_the_route_of_each_case():
+    one = dict(machine.check(gpu_count=1).route)
+    assert "gloo on CUDA tensors" in one["02_allreduce_sweep"] and "GPU" in one["08_data_parallel_training"]
+    assert "NCCL" in dict(machine.check(gpu_count=8).route)["07_validating_the_budget"]

@@ -4,8 +4,8 @@ links, Access Control Services and the tree of bridges above each GPU."""
 import pytest
 
 from labutils.core.inputs import LabInputError
-from labutils.readers.links import pcie_figure
-from labutils.readers.pcie import bridges_above, nvidia_gpus, parse_lspci, pcie_band, spec_GBps
+from labutils.readers.links import link_figure, pcie_figure
+from labutils.readers.pcie import bridges_above, nvidia_gpus, parse_lspci, pcie_band, scale_to_pcie, spec_GBps
 
 # Two GPUs under two root ports: the first link downtrained to gen 3 x8, ACS on above the second.
 TWO_ROOTS = """\
@@ -66,3 +66,12 @@ def test_lspci_is_read_into_devices_links_acs_and_the_tree():
     assert [b.address for b in first] == ["0000:00:01.1"] and [b.address for b in second] == ["0000:00:03.1"]
     assert first[0].acs_on == () and first[0].port_type == "Root Port", "DirectTrans+ alone is not ACS blocking"
     assert second[0].acs_on == ("SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd")
+
+
+def test_rows_stated_for_pcie5_scale_to_any_generation_and_width():
+    host = link_figure("through host memory, no peer access (PCIe 5.0 x16)")
+    assert scale_to_pcie(host, 5, 16) == host
+    x8 = scale_to_pcie(host, 5, 8)
+    assert (x8.low_GBps, x8.high_GBps) == (12.5, 25) and "PCIe 5.0 x8" in x8.name
+    six = scale_to_pcie(host, 6, 16)
+    assert six.high_GBps == pytest.approx(50 * pcie_band(6).high_GBps / 63, abs=1e-3)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from labutils.core.inputs import LabInputError
 from labutils.readers import topology as tp
 from labutils.readers.links import link_figure, pcie_figure
+from labutils.readers.topology import GpuFacts, host_link, path_table
 
 SAMPLES = tp.list_samples()
 
@@ -245,3 +246,25 @@ def test_topology_reader_on_matrix_shaped_junk(n, rows):
     except LabInputError:
         return
     assert len(topo.gpus) == n and all(topo.matrix[i][i] == "X" for i in range(n))
+
+
+def test_host_link_uses_the_links_maximum_and_says_when_it_idles(h200):
+    link = host_link(h200)
+    assert (link.gen, link.width, link.label) == (5, 16, "PCIe 5.0 x16")
+    assert "gen 1" in link.note and "under load" in link.note
+    assert host_link(None).gen == 4 and "assumed" in host_link(None).note
+    narrow = host_link(GpuFacts(0, "x", 4, 4, 8, 8, 0))
+    assert (narrow.gen, narrow.width, narrow.note) == (4, 8, "")
+    assert host_link(GpuFacts(0, "x", 6, 6, 16, 16, 0)).gen == 6  # PCIe 6 is known (pcie.pcie_band)
+    odd = host_link(GpuFacts(0, "x", None, None, 6, 6, 0))
+    assert (odd.gen, odd.width) == (4, 4) and "no PCIe generation" in odd.note
+
+
+def test_path_table_gives_each_code_its_route_and_figures():
+    table = path_table(5)
+    assert list(table.index) == ["NV#", "PIX", "PXB", "PHB", "NODE", "SYS"]
+    assert table.loc["PIX", "route by default"] == "peer-to-peer"
+    assert set(table.loc[["PHB", "NODE", "SYS"], "route by default"]) == {"through host memory"}
+    assert (table.loc["SYS", "low_GBps"], table.loc["SYS", "high_GBps"]) == (22, 50)
+    assert table["source"].str.len().min() > 20
+    assert path_table(4).loc["PIX", "high_GBps"] == 31.5

@@ -1,4 +1,6 @@
-"""`python -m labutils sweep`: exit codes, JSON rows, failures named, Ctrl-C, torchrun on two "nodes"."""
+"""The sweep (labutils.measure.sweep) and `python -m labutils sweep`: exit codes, JSON rows, failures
+named, Ctrl-C, torchrun on two "nodes", a saved sweep reused when it covers the sizes asked, and on a
+CUDA GPU NCCL with one rank and gloo on CUDA tensors under the copy ceiling."""
 
 import json
 import os
@@ -9,14 +11,19 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from labutils.cli import main
+from labutils.measure import sweep as col
+from labutils.measure.copies import copy_ceiling_GBps
 from labutils.measure.launch import free_port
+from labutils.measure.sweep import run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = ROOT / ".venv" / "bin" / "torchrun"
 KEYS = {"size_bytes", "count", "dtype", "op", "time_us", "algbw_GBps", "busbw_GBps", "wrong", "world_size", "backend"}
 SMALL = ["--min-bytes", "1K", "--max-bytes", "4K", "--budget-ms", "3", "--warmup", "1", "--no-progress"]
+NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def _sweep(*args, timeout=120):
@@ -135,3 +142,39 @@ def test_torchrun_two_nodes_on_loopback():
     rows = json.loads(outs[0][0])
     assert len(rows) == 3 and {r["world_size"] for r in rows} == {2} and all(r["wrong"] == 0 for r in rows)
     assert outs[1][0].strip() == ""  # only rank 0 prints
+
+
+def test_a_saved_sweep_that_covers_the_range_is_reused(monkeypatch, synthetic_sweep):
+    def fake_run_sweep(**kw):
+        calls.append(kw)
+        frame = synthetic_sweep()
+        return col.SweepResult(frame, {"world_size": 2, "backend": "gloo", "device": "cpu"})
+
+    calls = []
+    monkeypatch.setattr(col, "run_sweep", fake_run_sweep)
+    first = col.ensure_sweep(3 << 20, 40 << 20, 2, "gloo", "cpu")  # nothing saved yet: measured now
+    assert len(calls) == 1 and calls[0]["min_bytes"] == 2 << 20 and calls[0]["max_bytes"] == 64 << 20
+    again = col.ensure_sweep(3 << 20, 40 << 20, 2, "gloo", "cpu")  # saved, and it covers: reused
+    assert len(calls) == 1 and len(again.frame) == len(first.frame)
+    assert col.load_sweep("all_reduce", 2, "gloo", "cuda") is None  # another device is another link
+    assert col.covers(first.frame, 2048, 2**27) and not col.covers(first.frame, 2048, 2**29)
+    col.ensure_sweep(1 << 20, 1 << 29, 2, "gloo", "cpu")  # beyond what was saved: measured again
+    assert len(calls) == 2
+
+
+# --- on a CUDA GPU only (skipped here; benchmarks/gpu_check.py runs them: pytest -m cuda) -------------
+
+@NEEDS_GPU
+def test_gpu_nccl_with_one_rank_runs_a_sweep_with_its_barrier():
+    result = run_sweep(nproc=1, backend="nccl", device="cuda", min_bytes="1K", max_bytes="64K", budget_ms=5,
+                       progress=False)
+    assert result.wrong == 0 and (result.frame["time_us"] > 0).all() and result.meta["backend"] == "nccl"
+
+
+@NEEDS_GPU
+def test_gpu_gloo_on_cuda_sweep_and_the_copy_ceiling():
+    result = run_sweep(nproc=2, backend="gloo", device="cuda", min_bytes="1K", max_bytes="1M", budget_ms=10,
+                       progress=False)
+    ceiling = copy_ceiling_GBps(0, 16 << 20, iters=3)
+    assert result.wrong == 0 and result.meta["device"] == "cuda"
+    assert 0 < result.peak_busbw_GBps < ceiling  # through host memory: never above the pinned copy
