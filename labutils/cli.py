@@ -15,19 +15,21 @@ import sys
 
 from labutils.core.inputs import LabInputError
 
-# Modules that contribute subcommands, in the order `--help` lists them.
-COMMAND_MODULES = [
-    "labutils.course.machine",
-    "labutils.readers.topology",
-    "labutils.measure.sweep",
-    "labutils.readers.nccl_tests",
-    "labutils.doctor.doctor",
-    "labutils.readers.nccl_debug",
-    "labutils.course.budget_cli",
-    "labutils.experiments.megatron",
-    "labutils.course.runner",
-    "labutils.course.lab",
-]
+# Each subcommand and the module that defines it (its `add_cli`), in the order `--help` lists them.
+# Only the module of the subcommand asked for is imported, so `python -m labutils budget` loads no
+# torch; `--help`, no subcommand or an unknown one build the whole parser.
+COMMANDS = {
+    "check": "labutils.course.machine",
+    "topo": "labutils.readers.topology",
+    "sweep": "labutils.measure.sweep",
+    "parse-nccl-tests": "labutils.readers.nccl_tests",
+    "doctor": "labutils.doctor.doctor",
+    "nccl-transports": "labutils.readers.nccl_debug",
+    "budget": "labutils.course.budget_cli",
+    "tp-check": "labutils.experiments.megatron",
+    "run-notebooks": "labutils.course.runner",
+    "lab": "labutils.course.lab",
+}
 
 
 class LabArgumentParser(argparse.ArgumentParser):
@@ -40,19 +42,22 @@ class LabArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog.split()[-1]}: {line}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of `command` alone when it is a known subcommand, else of every subcommand."""
     parser = LabArgumentParser(
         prog="python -m labutils",
         description="The Interconnect Lab: measure and model why two GPUs are not twice as fast.",
     )
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=LabArgumentParser)
-    for name in COMMAND_MODULES:
+    modules = [COMMANDS[command]] if command in COMMANDS else dict.fromkeys(COMMANDS.values())
+    for name in modules:
         importlib.import_module(name).add_cli(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv[0] if argv else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse's refusal (2, its one line already printed) or --help (0)
