@@ -23,6 +23,7 @@ from labutils.model.fit import crossover_bytes, fit_alpha_beta
 from labutils.readers.links import LinkFigure
 from labutils.readers.nccl_tests import parse_nccl_tests
 from labutils.readers.pcie import GT_PER_LANE, WIDTHS, normalize_address
+from labutils.readers.sources import read_text
 from labutils.readers.topology import DEFAULT_PCIE_GEN, GpuFacts, expected_figure
 
 FACT_KEYS = ("index", "name", "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max", "nvlinks_active")
@@ -128,11 +129,9 @@ def parse_facts(doc, source: str = "facts") -> MachineFacts:
 
 
 def read_facts(path) -> MachineFacts:
-    p = Path(path)
-    if not p.is_file():
-        raise LabInputError(f"facts={str(path)!r} does not exist")
+    text = read_text(path, "facts")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise LabInputError(f"facts={str(path)!r} is not JSON ({exc.msg}, line {exc.lineno})") from None
     return parse_facts(doc, str(path))
@@ -204,10 +203,9 @@ def read_sweep(path) -> Measurement:
     p = Path(path)
     if p.suffix == ".csv" and p.with_suffix(".json").is_file():
         p = p.with_suffix(".json")
-    if not p.is_file():
-        raise LabInputError(f"sweep={str(path)!r} does not exist (give a result .json under data/results/)")
+    text = read_text(p, "sweep", " (give a result .json under data/results/)")
     try:
-        record = json.loads(p.read_text(encoding="utf-8"))
+        record = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise LabInputError(f"sweep={str(path)!r} is not a saved result ({exc.__class__.__name__})") from None
     if not isinstance(record, dict) or record.get("kind") != "sweep" or not record.get("csv"):
@@ -227,10 +225,8 @@ def read_nccl_tests(path) -> Measurement:
     """An nccl-tests log or -J JSON (`nccl_tests.parse_nccl_tests`); NCCL INFO lines saying
     `via P2P/...`, `via SHM/...` or `via NET/...` give the transports used."""
 
-    if not Path(path).is_file():
-        raise LabInputError(f"nccl_tests={str(path)!r} does not exist (give an all_reduce_perf log or its -J JSON)")
+    text = read_text(path, "nccl_tests", " (give an all_reduce_perf log or its -J JSON)")
     log = parse_nccl_tests(str(path))
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
     transports = tuple(sorted(set(_TRANSPORT.findall(text))))
     meta = {"backend": "nccl", "world_size": log.meta.get("world_size"), "device": "cuda"}
     return measurement_from_frame(log.frame, meta, f"nccl-tests log {Path(path).name}", transports)
