@@ -329,3 +329,14 @@ def test_gpu_split_layer_and_training_step_compute_on_the_gpu():
     steps, probe = data_parallel._launch(cfgs, 2, "gloo", "cuda", 180, False,
                               contention={"width": 48, "depth": 2, "batch_per_rank": 8, "reps": 2})
     assert set(steps["device"]) == {"cuda"} and probe["device"] == "cuda" and probe["together_ms"] > 0
+
+
+def test_each_bucket_layout_is_measured_once():
+    caps = [1, 4, 16, 64]
+    kept = ddp_model.distinct_bucket_caps(2048, 4, caps)
+    assert kept == [1.0, 64.0]
+    layouts = [tuple(ddp_model.mlp_bucket_sizes(2048, 4, c)) for c in [ddp_model.DEFAULT_BUCKET_MB, *kept]]
+    assert len(set(layouts)) == len(layouts)  # every kept cap has buckets of its own
+    for cap in set(caps) - set(kept):  # and every cap left out repeats one measured
+        assert tuple(ddp_model.mlp_bucket_sizes(2048, 4, cap)) in layouts
+    assert ddp_model.distinct_bucket_caps(256, 4, caps) == []  # one bucket whatever the cap

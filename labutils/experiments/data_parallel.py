@@ -17,7 +17,14 @@ from labutils.core.units import format_size
 from labutils.experiments.ddp_step import DDP_SECTIONS, StepConfig, contention_worker, ddp_timeline_worker, train_worker
 from labutils.measure.launch import launch, resolve_backend
 from labutils.measure.timeline import Timeline, record_timeline
-from labutils.model.ddp_model import DEFAULT_BUCKET_MB, bucket_comm_ms, is_between, mlp_bucket_sizes, predict_step
+from labutils.model.ddp_model import (
+    DEFAULT_BUCKET_MB,
+    bucket_comm_ms,
+    distinct_bucket_caps,
+    is_between,
+    mlp_bucket_sizes,
+    predict_step,
+)
 
 # --- running it from the notebook, the CLI or a benchmark -----------------------------------------
 
@@ -144,8 +151,9 @@ def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: 
     One launch of 1 rank: each model at the per-rank batch b (weak-scaling baseline) and at the
     global batch N b (strong-scaling baseline). One launch of N ranks at b per rank: DDP with the
     default 25 MiB buckets and the no-overlap variant for each model, then DDP at each of
-    `bucket_caps_mb` for the model of `bucket_width` (default: the widest), then (`contention`) the
-    contention probe on the widest model.
+    `bucket_caps_mb` for the model of `bucket_width` (default: the widest; a cap whose buckets equal
+    the default's or an earlier cap's is measured once, `ddp_model.distinct_bucket_caps`), then
+    (`contention`) the contention probe on the widest model.
     """
     widths = [int(w) for w in np.atleast_1d(widths)]
     bucket_width = bucket_width or max(widths)
@@ -155,7 +163,7 @@ def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: 
         singles += [base, replace(base, batch_per_rank=batch_per_rank * nproc)]
         many += [replace(base, mode="ddp"), replace(base, mode="no_overlap")]
     base = replace(many[0], width=bucket_width, mode="ddp")
-    many += [replace(base, bucket_cap_mb=float(c)) for c in bucket_caps_mb if float(c) != DEFAULT_BUCKET_MB]
+    many += [replace(base, bucket_cap_mb=c) for c in distinct_bucket_caps(bucket_width, depth, bucket_caps_mb)]
     probe = {"width": max(widths), "depth": depth, "batch_per_rank": batch_per_rank} if contention else None
     one = summarize(measure_ddp_steps(singles, 1, backend, device, timeout_s, progress))
     steps_n, found = _launch(many, nproc, backend, device, timeout_s, progress, contention=probe)

@@ -86,6 +86,20 @@ def mlp_bucket_count(width: int, depth: int, bucket_cap_mb: float) -> int:
     return len(mlp_bucket_sizes(width, depth, bucket_cap_mb))
 
 
+def distinct_bucket_caps(width: int, depth: int, bucket_caps_mb, default_cap_mb: float = 25.0) -> list[float]:
+    """The caps of `bucket_caps_mb` that give the model of `width` a bucket layout of its own: a cap
+    whose buckets (`mlp_bucket_sizes`) equal the default cap's or an earlier cap's would measure the
+    same all-reduces again, so it is left out. Order kept."""
+    seen = {tuple(mlp_bucket_sizes(width, depth, default_cap_mb))}
+    kept = []
+    for cap in (float(c) for c in bucket_caps_mb):
+        layout = tuple(mlp_bucket_sizes(width, depth, cap))
+        if layout not in seen:
+            seen.add(layout)
+            kept.append(cap)
+    return kept
+
+
 def bucket_size_range(widths, depth: int, bucket_caps_mb=(), default_cap_mb: float = 25.0) -> tuple[int, int]:
     """(smallest, largest) all-reduce a set of runs makes, in bytes: DDP's buckets of every model
     at the default cap, of the widest at each of `bucket_caps_mb`, and each whole gradient (the
