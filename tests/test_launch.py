@@ -298,3 +298,40 @@ def test_preflight_says_the_link_hangs_when_every_rank_waits_in_it():
         launch(ping_worker, 2, preflight=hung_link_preflight, preflight_timeout_s=2, timeout_s=300)
     assert info.value.rank is None
     assert "rank(s) 0, 1 entered one small all-reduce" in str(info.value) and "NCCL_P2P_DISABLE=1" in str(info.value)
+
+
+# --- every rank makes the same collectives in the same order, each tensor on its own device -------------------
+
+def _sweep_job():
+    from labutils.measure.harness import sweep_worker
+
+    return sweep_worker, {"ops": ["all_reduce", "all_gather", "reduce_scatter", "broadcast"], "sizes": [1024, 8192],
+                          "warmup": 1, "budget_ms": 1.0, "min_iters": 1, "max_iters": 3}
+
+
+def _split_layer_job():
+    from labutils.experiments.split_timing import time_layers_worker
+
+    return time_layers_worker, {"sizes": [(4, 16, 32)], "modes": ("whole", "split", "overlap"), "chunks": (2,),
+                                "warmup": 1, "min_reps": 2, "max_reps": 2, "target_ms": 1.0}
+
+
+def _ddp_step_job():
+    from labutils.experiments.ddp_step import StepConfig, train_worker
+
+    return train_worker, {"configs": [StepConfig(16, 2, 4, mode, steps=2, warmup=1) for mode in ("ddp", "no_overlap")]}
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("job", [_sweep_job, _split_layer_job, _ddp_step_job], ids=["sweep", "split_layer", "ddp_step"])
+def test_ranks_make_the_same_collectives_in_order(job):
+    from rank_workers import recording_worker
+
+    worker, kwargs = job()
+    out = launch(recording_worker, 2, args=(worker,), kwargs=kwargs, timeout_s=300)
+    calls = [o["calls"] for o in out]
+    assert calls[0] and calls[0] == calls[1], "ranks made different collective calls"
+    names = {name for name, _, _ in calls[0]}
+    assert "all_reduce" in names and ("barrier" in names or "broadcast" in names)
+    for o in out:
+        assert all(dev == o["device"] for _, devices, _ in o["calls"] for dev in devices)
