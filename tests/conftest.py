@@ -92,3 +92,56 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.cuda)
         if not has_gpu:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+
+
+# Calls that make (or need) a CUDA context, or initialise CUDA in the calling process: the launching
+# side (notebook kernel, CLI) must make none of them; a rank makes set_device for its own GPU only.
+CONTEXT_CALLS = ("mem_get_info", "get_device_name", "get_device_properties", "get_device_capability", "set_device",
+                 "init", "_lazy_init", "current_device", "synchronize", "empty_cache", "memory_allocated",
+                 "memory_reserved", "ipc_collect")
+
+
+def _fake_pynvml(names, free_bytes, numa_nodes):
+    """A pynvml module for len(names) GPUs: NVML's name, memory, PCI bus id and NUMA node of each."""
+    import types
+
+    class NVMLError(Exception):
+        pass
+
+    def unsupported(*_):
+        raise NVMLError("Not Supported")
+
+    handle = int
+    return types.SimpleNamespace(
+        NVMLError=NVMLError, NVML_NVLINK_MAX_LINKS=2, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: len(names), nvmlDeviceGetHandleByIndex=handle,
+        nvmlDeviceGetName=lambda h: names[h], nvmlDeviceGetNvLinkState=unsupported,
+        nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 5, nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 5,
+        nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16, nvmlDeviceGetMaxPcieLinkWidth=lambda h: 16,
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(free=free_bytes[h], total=80 << 30),
+        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=f"00000000:{0x18 + 0x10 * h:02X}:00.0".encode()),
+        nvmlDeviceGetNumaNodeId=lambda h: numa_nodes[h])
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    """`fake_gpus(count=8)`: torch sees `count` CUDA GPUs and NVML describes them (H100s; GPU i has
+    (70 + i) GiB free; the first half on NUMA node 0, the rest on node 1). Returns the list into which
+    every context-making torch.cuda call (CONTEXT_CALLS) is recorded as (name, args) instead of run."""
+    import torch
+
+    calls: list = []
+
+    def install(count: int = 8) -> list:
+        names = [f"NVIDIA H100 80GB HBM3 #{i}" for i in range(count)]
+        nvml = _fake_pynvml(names, [(70 + i) << 30 for i in range(count)],
+                            [0 if i < count // 2 else 1 for i in range(count)])
+        monkeypatch.setitem(sys.modules, "pynvml", nvml)
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+        for name in CONTEXT_CALLS:
+            if hasattr(torch.cuda, name):
+                monkeypatch.setattr(torch.cuda, name, functools.partial(lambda n, *a, **k: calls.append((n, a)), name))
+        return calls
+    return install

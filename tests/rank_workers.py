@@ -7,11 +7,12 @@ import os
 import time
 
 import torch
+import torch.distributed as dist
 
 from labutils.experiments.ddp_step import RankStep, StepConfig, build_mlp, synthetic_batch
 from labutils.measure import buffers
 from labutils.measure.harness import sweep_worker
-from labutils.measure.launch import ping_worker
+from labutils.measure.launch import ping_worker, preflight_all_reduce
 
 
 def gradient_worker(ctx, width: int, depth: int, batch_per_rank: int,
@@ -95,3 +96,55 @@ def faulty_sweep_worker(ctx, fault_rank: int, fault: str, **sweep_kwargs) -> lis
     """`harness.sweep_worker` in which rank `fault_rank` misbehaves (see `misbehave`)."""
     misbehave(ctx, fault_rank, fault)
     return sweep_worker(ctx, **sweep_kwargs)
+
+
+# --- the preflight: a rank that stalls before its all-reduce, or a link that never completes one ------------
+
+def stalled_preflight(ctx, stage, stall_rank: int) -> None:
+    """`launch.preflight_all_reduce`, but rank `stall_rank` stalls (sleeps an hour) before reaching it."""
+    if ctx.rank == stall_rank:
+        time.sleep(3600)
+    preflight_all_reduce(ctx, stage)
+
+
+def hung_link_preflight(ctx, stage) -> None:
+    """Every rank reaches the preflight's all-reduce and none completes (a GPU link that hangs)."""
+    stage("all_reduce")
+    time.sleep(3600)
+
+
+# --- a shim that records every collective a worker makes ---------------------------------------------------
+
+COLLECTIVES = ("all_reduce", "broadcast", "barrier", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+               "reduce_scatter_tensor", "reduce", "gather", "scatter", "all_to_all", "all_to_all_single", "send",
+               "recv", "isend", "irecv", "all_gather_object", "broadcast_object_list")
+
+
+def _tensor_devices(value) -> list[str]:
+    if isinstance(value, torch.Tensor):
+        return [str(value.device)]
+    if isinstance(value, (list, tuple)):
+        return [d for v in value for d in _tensor_devices(v)]
+    return []
+
+
+def recording_worker(ctx, worker, *args, **kwargs) -> dict:
+    """Run `worker(ctx, *args, **kwargs)` with every torch.distributed collective wrapped to record
+    (name, devices of its tensors, barrier's device_ids) in call order; returns {"calls", "result"}."""
+    calls = []
+
+    def wrap(name, real):
+        def recorded(*a, **kw):
+            calls.append((name, tuple(_tensor_devices(list(a) + list(kw.values()))), kw.get("device_ids")))
+            return real(*a, **kw)
+        return recorded
+
+    saved = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+    for name, real in saved.items():
+        setattr(dist, name, wrap(name, real))
+    try:
+        result = worker(ctx, *args, **kwargs)
+    finally:
+        for name, real in saved.items():
+            setattr(dist, name, real)
+    return {"calls": calls, "result": result, "device": ctx.device}

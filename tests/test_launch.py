@@ -134,3 +134,204 @@ def test_one_gpu_is_shared_by_gloo_and_refused_by_nccl():
 def test_gpu_two_gloo_ranks_share_one_gpu():
     out = launch(ping_worker, 2, backend="gloo", device="cuda", timeout_s=120)
     assert [r["sum"] for r in out] == [1.0, 1.0]
+
+
+# --- the launching side opens no CUDA context (8 GPUs faked: torch.cuda and NVML) -----------------------------
+
+def test_the_launching_side_reads_gpus_through_nvml_only(fake_gpus):
+    from labutils.course.machine import detect_case
+    from labutils.measure.launch import free_memory_bytes, gpu_names, gpu_numa_nodes, visible_gpus
+    from labutils.measure.sweep import check_memory, sweep_meta
+
+    calls = fake_gpus(8)
+    assert free_memory_bytes("cuda", 8) == 70 << 30 and free_memory_bytes("cuda", 2) == 70 << 30
+    assert gpu_names(2) == ("NVIDIA H100 80GB HBM3 #0", "NVIDIA H100 80GB HBM3 #1")
+    case = detect_case()
+    assert case.kind == "multi-gpu" and case.gpu_names[7] == "NVIDIA H100 80GB HBM3 #7"
+    meta = sweep_meta("nccl", "cuda", 16)
+    assert meta["devices"][5] == meta["devices"][13] == "NVIDIA H100 80GB HBM3 #5"
+    check_memory(1 << 30, 8, "cuda", 8)
+    with pytest.raises(LabInputError, match="max_bytes"):
+        check_memory(30 << 30, 8, "cuda", 8)
+    assert gpu_numa_nodes(8) == (0, 0, 0, 0, 1, 1, 1, 1) and gpu_numa_nodes(10)[8:] == (0, 0)
+    assert [g.bus_id for g in visible_gpus()][:2] == ["00000000:18:00.0", "00000000:28:00.0"]
+    assert calls == []  # no mem_get_info, get_device_name, set_device, ... in this process
+
+
+def test_cuda_visible_devices_picks_nvml_gpus(fake_gpus, monkeypatch):
+    from labutils.measure.launch import free_memory_bytes, gpu_names, visible_gpus
+
+    fake_gpus(8)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
+    assert gpu_names(2) == ("NVIDIA H100 80GB HBM3 #6", "NVIDIA H100 80GB HBM3 #7")
+    assert free_memory_bytes("cuda", 2) == 76 << 30
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,9,1")  # CUDA stops at the first GPU that does not exist
+    assert [g.index for g in visible_gpus()] == [3]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8f3e2c1a")  # by UUID: NVML's order says nothing
+    assert visible_gpus() is None
+
+
+def test_without_nvml_the_device_properties_stand_in(fake_gpus, monkeypatch):
+    import types
+
+    from labutils.measure import launch as lab_launch
+
+    calls = fake_gpus(2)
+    monkeypatch.setattr(lab_launch, "nvml_facts", lambda: ([], "NVML is not available"))
+    props = types.SimpleNamespace(name="NVIDIA L4", total_memory=24 << 30)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    assert lab_launch.gpu_names(2) == ("NVIDIA L4", "NVIDIA L4")
+    assert lab_launch.free_memory_bytes("cuda", 2) == 24 << 30 and lab_launch.gpu_numa_nodes(2) == ()
+    assert calls == []
+
+
+# --- each rank its own GPU: spawned ranks and torchrun's variables (8 GPUs faked) -----------------------------
+
+@pytest.fixture
+def recorded_group(monkeypatch):
+    """dist.init_process_group recorded instead of run: a list of its keyword arguments."""
+    import torch.distributed as dist
+
+    groups = []
+
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, device_id=None):
+        groups.append({k: v for k, v in locals().items() if k != "device_id" or v is not None})
+    monkeypatch.setattr(dist, "init_process_group", init_process_group)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER")  # restored (unset) after the test; init_rank sets it
+    return groups
+
+
+def test_spawned_ranks_each_take_their_own_gpu(fake_gpus, recorded_group):
+    from labutils.measure.launch import init_rank
+
+    calls = fake_gpus(8)
+    for r in range(8):  # as `_child` calls it: local rank = rank
+        ctx = init_rank("nccl", "cuda", r, 8, r, 60.0)
+        assert ctx.device == f"cuda:{r}" and (ctx.rank, ctx.world_size, ctx.local_rank) == (r, 8, r)
+    assert calls == [("set_device", (r,)) for r in range(8)]
+    assert [g["device_id"] for g in recorded_group] == [torch.device(f"cuda:{r}") for r in range(8)]
+    assert [(g["backend"], g["rank"], g["world_size"]) for g in recorded_group] == [("nccl", r, 8) for r in range(8)]
+    assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    init_rank("gloo", "cuda", 9, 10, 9, 60.0)  # gloo shares GPUs (9 % 8) and binds no device to its group
+    assert calls[-1] == ("set_device", (1,)) and "device_id" not in recorded_group[-1]
+
+
+def test_torchrun_rank_13_of_16_takes_cuda_5(fake_gpus, recorded_group, monkeypatch):
+    from labutils.measure import launch as lab_launch
+
+    calls = fake_gpus(8)
+    pinned, planned = [], []
+    real_plan = lab_launch.machine_placement
+    monkeypatch.setattr(lab_launch, "set_rank_threads", lambda placement: None)
+    monkeypatch.setattr(lab_launch, "pin_rank", lambda placement, local_rank: pinned.append(local_rank))
+    monkeypatch.setattr(lab_launch, "machine_placement",
+                        lambda n, **kw: planned.append((n, kw)) or real_plan(n, **kw))
+    for name, value in dict(RANK=13, LOCAL_RANK=5, LOCAL_WORLD_SIZE=8, WORLD_SIZE=16, MASTER_ADDR="10.0.0.1",
+                            MASTER_PORT=29500).items():
+        monkeypatch.setenv(name, str(value))
+    ctx = lab_launch.run_this_rank(lambda ctx: ctx, backend="nccl", device="cuda")
+    assert (ctx.device, ctx.rank, ctx.world_size, ctx.local_rank) == ("cuda:5", 13, 16, 5)
+    assert calls == [("set_device", (5,))] and pinned == [5]
+    assert [(g["rank"], g["world_size"], g["device_id"]) for g in recorded_group] == [(13, 16, torch.device("cuda:5"))]
+    assert planned == [(8, {"gpu_nodes": (0, 0, 0, 0, 1, 1, 1, 1)})]
+
+
+def test_group_kwargs_follow_the_installed_signature(monkeypatch):
+    import torch.distributed as dist
+
+    from labutils.measure.launch import group_kwargs
+
+    nccl = rank_plan("nccl", "cuda", 3, 8)
+    assert group_kwargs(nccl) == {"device_id": torch.device("cuda:3")}
+    assert group_kwargs(rank_plan("gloo", "cuda", 3, 8)) == group_kwargs(rank_plan("gloo", "cpu", 0, 0)) == {}
+
+    def old_init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1):
+        pass
+    monkeypatch.setattr(dist, "init_process_group", old_init_process_group)
+    assert group_kwargs(nccl) == {}  # a torch without device_id: the rank's current GPU is enough
+
+
+# --- the preflight: on for NCCL, off for gloo; a stalled rank is named within its timeout ---------------------
+
+def test_preflight_is_on_for_nccl_and_off_for_gloo():
+    from labutils.measure.launch import preflight_all_reduce, preflight_for
+
+    assert preflight_for("nccl", None) is preflight_all_reduce and preflight_for("gloo", None) is None
+    assert preflight_for("gloo", True) is preflight_all_reduce and preflight_for("nccl", False) is None
+    with pytest.raises(LabInputError, match="preflight='yes'"):
+        preflight_for("nccl", "yes")
+    with pytest.raises(LabInputError, match="preflight_timeout_s=0"):
+        launch(ping_worker, 2, preflight_timeout_s=0)
+
+
+@pytest.mark.distributed
+def test_preflight_passes_on_healthy_gloo_ranks():
+    out = launch(ping_worker, 2, preflight=True, preflight_timeout_s=30, timeout_s=120)
+    assert [r["sum"] for r in out] == [1.0, 1.0]
+
+
+@pytest.mark.distributed
+def test_preflight_names_the_rank_that_stalled_within_its_timeout():
+    import functools
+    import time
+
+    from rank_workers import stalled_preflight
+
+    started = time.monotonic()
+    with pytest.raises(RankError) as info:
+        launch(ping_worker, 2, preflight=functools.partial(stalled_preflight, stall_rank=1), preflight_timeout_s=3,
+               timeout_s=300)
+    # start-up (spawn, import torch: seconds on a busy 2-core machine) + 3 s, far from the 300 s of the run
+    # and from the 240 s after which rank 0's own all-reduce would have given up
+    assert time.monotonic() - started < 45
+    assert info.value.rank == 1
+    assert "rank 1 stalled before the preflight all-reduce" in str(info.value)
+    assert "rank(s) 0 waited in the all-reduce" in str(info.value)
+
+
+@pytest.mark.distributed
+def test_preflight_says_the_link_hangs_when_every_rank_waits_in_it():
+    from rank_workers import hung_link_preflight
+
+    with pytest.raises(RankError) as info:
+        launch(ping_worker, 2, preflight=hung_link_preflight, preflight_timeout_s=2, timeout_s=300)
+    assert info.value.rank is None
+    assert "rank(s) 0, 1 entered one small all-reduce" in str(info.value) and "NCCL_P2P_DISABLE=1" in str(info.value)
+
+
+# --- every rank makes the same collectives in the same order, each tensor on its own device -------------------
+
+def _sweep_job():
+    from labutils.measure.harness import sweep_worker
+
+    return sweep_worker, {"ops": ["all_reduce", "all_gather", "reduce_scatter", "broadcast"], "sizes": [1024, 8192],
+                          "warmup": 1, "budget_ms": 1.0, "min_iters": 1, "max_iters": 3}
+
+
+def _split_layer_job():
+    from labutils.experiments.split_timing import time_layers_worker
+
+    return time_layers_worker, {"sizes": [(4, 16, 32)], "modes": ("whole", "split", "overlap"), "chunks": (2,),
+                                "warmup": 1, "min_reps": 2, "max_reps": 2, "target_ms": 1.0}
+
+
+def _ddp_step_job():
+    from labutils.experiments.ddp_step import StepConfig, train_worker
+
+    return train_worker, {"configs": [StepConfig(16, 2, 4, mode, steps=2, warmup=1) for mode in ("ddp", "no_overlap")]}
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("job", [_sweep_job, _split_layer_job, _ddp_step_job], ids=["sweep", "split_layer", "ddp_step"])
+def test_ranks_make_the_same_collectives_in_order(job):
+    from rank_workers import recording_worker
+
+    worker, kwargs = job()
+    out = launch(recording_worker, 2, args=(worker,), kwargs=kwargs, timeout_s=300)
+    calls = [o["calls"] for o in out]
+    assert calls[0] and calls[0] == calls[1], "ranks made different collective calls"
+    names = {name for name, _, _ in calls[0]}
+    assert "all_reduce" in names and ("barrier" in names or "broadcast" in names)
+    for o in out:
+        assert all(dev == o["device"] for _, devices, _ in o["calls"] for dev in devices)

@@ -208,3 +208,12 @@ def test_check_reports_the_route_of_each_case():
     one = dict(machine.check(gpu_count=1).route)
     assert "gloo on CUDA tensors" in one["02_allreduce_sweep"] and "GPU" in one["08_data_parallel_training"]
     assert "NCCL" in dict(machine.check(gpu_count=8).route)["07_validating_the_budget"]
+
+
+def test_detect_case_names_gpus_from_nvml_without_a_context(fake_gpus):
+    calls = fake_gpus(4)
+    case = machine.detect_case()
+    assert (case.kind, case.gpu_count) == ("multi-gpu", 4)
+    assert case.gpu_names == tuple(f"NVIDIA H100 80GB HBM3 #{i}" for i in range(4))
+    assert machine.detect_case(gpu_count=2).gpu_names == ("GPU0", "GPU1")
+    assert calls == []

@@ -222,3 +222,41 @@ def test_pinning_off_and_the_baseline_placed_like_rank_0(monkeypatch):
         assert rank["cpus"] == everything and rank["threads"] == two.threads_per_rank
     with pytest.raises(LabInputError, match="like_ranks=1"):
         launch(affinity_worker, 2, like_ranks=1)
+
+
+# --- ranks on their GPU's NUMA node (two sockets, 8 GPUs split 4/4) ---------------------------------------
+
+GPU_NODES_4_4 = (0, 0, 0, 0, 1, 1, 1, 1)
+
+
+@pytest.mark.parametrize("smt", [False, True])
+def test_ranks_sit_on_their_gpus_numa_node(layouts, smt):
+    layout = layouts[96, smt]
+    plan = plan_placement(layout, 8, gpu_nodes=GPU_NODES_4_4)
+    node_of = {c.cpu: c.node for c in layout.logical}
+    assert plan.threads_per_rank == 8 and plan.pinned
+    for r, cpus in enumerate(plan.rank_cpus):
+        assert {node_of[c] for c in cpus} == {GPU_NODES_4_4[r]} and plan.rank_nodes[r] == (GPU_NODES_4_4[r],)
+        assert len(cpus) == 8 * (2 if smt else 1)
+    assert len({c for cpus in plan.rank_cpus for c in cpus}) == sum(map(len, plan.rank_cpus))  # no CPU twice
+    assert "8 rank(s) on their GPU's NUMA node" in plan.explanation
+    # packed (node unknown) puts ranks 4 and 5 on node 0 too: 48 cores per node hold 6 ranks of 8 threads
+    packed = plan_placement(layout, 8)
+    assert [n for (n,) in packed.rank_nodes] == [0, 0, 0, 0, 0, 0, 1, 1]
+
+
+def test_gpu_nodes_in_another_order_and_unknown_fall_back_to_packing(layouts):
+    layout = layouts[96, False]
+    crossed = plan_placement(layout, 8, gpu_nodes=(1, 0, 1, 0, 1, 0, 1, 0))
+    assert [n for (n,) in crossed.rank_nodes] == [1, 0, 1, 0, 1, 0, 1, 0]
+    assert crossed.rank_cpus[1] == tuple(range(8)) and crossed.rank_cpus[0] == tuple(range(48, 56))
+    unknown = plan_placement(layout, 8, gpu_nodes=(-1,) * 8)
+    assert unknown == plan_placement(layout, 8) == plan_placement(layout, 8, gpu_nodes=())
+    # rank 0's GPU on node 1, the others unknown: rank 0 gets node 1's first cores, the rest pack from node 0
+    mixed = plan_placement(layout, 2, gpu_nodes=(1, -1))
+    assert mixed.rank_nodes == ((1,), (0,)) and mixed.rank_cpus[1] == tuple(range(8))
+    # a node without room (all 8 GPUs on node 0, 8 x 8 cores > 48): the overflow packs onto node 1
+    full = plan_placement(layout, 8, gpu_nodes=(0,) * 8)
+    assert [n for (n,) in full.rank_nodes] == [0, 0, 0, 0, 0, 0, 1, 1]
+    # a node this process may not use counts as unknown
+    assert plan_placement(layout, 2, gpu_nodes=(7, 7)) == plan_placement(layout, 2)

@@ -12,7 +12,15 @@ import torch.distributed as dist
 
 from labutils.core.inputs import check_choice, check_int
 from labutils.core.results import to_json
-from labutils.measure.launch import RankError, cuda_device_count, launch, ping_worker, ranks_per_gpu, resolve_backend
+from labutils.measure.launch import (
+    RankError,
+    cuda_device_count,
+    gpu_names,
+    launch,
+    ping_worker,
+    ranks_per_gpu,
+    resolve_backend,
+)
 from labutils.measure.placement import machine_placement
 from labutils.readers.cpus import NumaNode, cpu_layout
 
@@ -38,7 +46,7 @@ def detect_case(gpu_count: int | None = None) -> MachineCase:
     names: tuple[str, ...] = ()
     count = cuda_device_count() if gpu_count is None else gpu_count
     if count and gpu_count is None:
-        names = tuple(torch.cuda.get_device_name(i) for i in range(count))
+        names = gpu_names(count)  # NVML: the kernel opens no CUDA context
     elif count:
         names = tuple(f"GPU{i}" for i in range(count))
     kind = "cpu" if count == 0 else "one-gpu" if count == 1 else "multi-gpu"

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from labutils.core.busbw import REDOPS, ROOTS, Layout, bandwidths_GBps, layout
 from labutils.measure.buffers import collective_call, count_wrong, make_buffers
-from labutils.measure.timing import across_ranks, agree_iters, time_loop
+from labutils.measure.timing import across_ranks, agree_iters, barrier, time_loop
 
 
 def time_one_allreduce(ctx, size_bytes: int, iters: int = 20, warmup: int = 5) -> float:
@@ -37,7 +37,7 @@ def time_one_allreduce(ctx, size_bytes: int, iters: int = 20, warmup: int = 5) -
     buf = torch.zeros(max(1, size_bytes // 4), dtype=torch.float32, device=ctx.device)
     for _ in range(warmup):
         dist.all_reduce(buf)
-    dist.barrier()
+    barrier(ctx.device)  # waits for the warm-up, and names this rank's GPU to NCCL
     if ctx.device.startswith("cuda"):
         torch.cuda.synchronize()
     start = time.perf_counter()

@@ -5,13 +5,22 @@ The same worker runs either way. A worker is a plain function defined in `labuti
 collectives; every rank must make the same calls in the same order.
 
 `launch()` guarantees a bounded run: a rank that raises, crashes or hangs ends the whole run
-with an error naming the rank, and no child process outlives it (also on Ctrl-C).
+with an error naming the rank, and no child process outlives it (also on Ctrl-C). On NCCL every
+rank first makes one small all-reduce (`preflight_all_reduce`) that must finish within
+`PREFLIGHT_TIMEOUT_S`: a link that hangs (NCCL's peer-to-peer path, on some machines) then costs
+seconds, not the whole run's timeout.
+
+The launching process (the notebook's kernel, the CLI) opens no CUDA context: it reads the GPUs'
+names, free memory and NUMA nodes through NVML (`visible_gpus`), and each rank touches only its
+own GPU (`init_rank`). A context would pin memory on every GPU in the kernel for as long as it
+lives, and CUDA in the launcher is what a forked child cannot inherit.
 """
 
 from __future__ import annotations
 
 import ctypes
 import datetime as _dt
+import inspect
 import multiprocessing as mp
 import os
 import queue as _queue
@@ -28,10 +37,12 @@ import torch.distributed as dist
 
 from labutils.core.inputs import LabInputError, check_choice, check_int
 from labutils.measure.placement import check_local_ranks, machine_placement, pin_rank, set_rank_threads
+from labutils.readers.nvml import GpuFacts, nvml_facts
 
 BACKENDS = ("auto", "gloo", "nccl")
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer is not a timeout (and overflows the rendezvous' timedelta)
 DEVICES = ("auto", "cpu", "cuda")
+PREFLIGHT_TIMEOUT_S = 30.0  # one 4-byte all-reduce; NCCL's first call (its connections) takes a few seconds
 
 
 class RankError(RuntimeError):
@@ -71,10 +82,53 @@ class BackendChoice:
 
 
 def cuda_device_count() -> int:
+    """GPUs this process may use (torch asks NVML first; no CUDA context is made)."""
     try:
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception:  # pragma: no cover - a broken driver counts as no GPU
         return 0
+
+
+def visible_gpus() -> list[GpuFacts] | None:
+    """NVML's facts for cuda:0, cuda:1, ... of this process, read without a CUDA context; None
+    when NVML does not answer or CUDA_VISIBLE_DEVICES names GPUs by UUID or MIG instance.
+
+    NVML counts in PCI bus order; the ranks count so too (`init_rank` sets CUDA_DEVICE_ORDER=PCI_BUS_ID
+    when unset), and CUDA_VISIBLE_DEVICES=2,0 makes cuda:0 NVML's GPU 2 (CUDA stops reading the
+    list at the first index that does not exist).
+    """
+    facts, _ = nvml_facts()
+    if not facts:
+        return None
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return facts
+    picked = []
+    for item in (x.strip() for x in raw.split(",") if x.strip()):
+        if not item.isdigit():
+            return None
+        if int(item) >= len(facts):
+            break
+        picked.append(facts[int(item)])
+    return picked
+
+
+def gpu_names(count: int) -> tuple[str, ...]:
+    """The names of cuda:0 .. cuda:count-1 from NVML; where NVML does not answer, the device
+    properties (they initialise CUDA in this process but make no context)."""
+    gpus = visible_gpus()
+    if gpus is not None and len(gpus) >= count:
+        return tuple(g.name for g in gpus[:count])
+    return tuple(torch.cuda.get_device_properties(i).name for i in range(count))
+
+
+def gpu_numa_nodes(nproc: int, gpus: list[GpuFacts] | None = None) -> tuple[int, ...]:
+    """The NUMA node of the GPU of each of `nproc` local ranks (rank r uses GPU r % count, as
+    `rank_plan`), -1 where unknown; () without NVML's answer. `gpus` defaults to `visible_gpus()`."""
+    gpus = visible_gpus() if gpus is None else gpus
+    if not gpus:
+        return ()
+    return tuple(gpus[r % len(gpus)].numa_node for r in range(nproc))
 
 
 def resolve_backend(backend: str = "auto", device: str = "auto", nproc: int = 2,
@@ -186,18 +240,65 @@ def _die_with_parent() -> None:
         pass
 
 
+def group_kwargs(plan: RankPlan) -> dict:
+    """Extra arguments of `dist.init_process_group` for a rank: NCCL's `device_id` (the rank's
+    GPU, so the group is bound to it and NCCL sets up its communicator there, at once) where the
+    installed torch takes one (read from its signature); none for gloo or on the CPU."""
+    if plan.backend != "nccl" or plan.cuda_index is None:
+        return {}
+    if "device_id" not in inspect.signature(dist.init_process_group).parameters:
+        return {}
+    return {"device_id": torch.device(f"cuda:{plan.cuda_index}")}
+
+
 def init_rank(backend: str, device: str, rank: int, world_size: int, local_rank: int,
               timeout_s: float, channel=None) -> RankContext:
-    """Join the process group described by MASTER_ADDR/MASTER_PORT (env://) and build the context."""
+    """Join the process group described by MASTER_ADDR/MASTER_PORT (env://) and build the context.
+
+    Only this rank's GPU is touched: cuda:`local_rank % count` is made current before the group
+    exists (`rank_plan`), and NCCL's group is bound to it (`group_kwargs`).
+    """
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # cuda:i is NVML's GPU i (visible_gpus)
     plan = rank_plan(backend, device, local_rank, cuda_device_count() if device == "cuda" else 0)
     if plan.cuda_index is not None:
         torch.cuda.set_device(plan.cuda_index)
     dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size,
-                            timeout=_dt.timedelta(seconds=timeout_s))
+                            timeout=_dt.timedelta(seconds=timeout_s), **group_kwargs(plan))
     return RankContext(rank, world_size, local_rank, backend, plan.device, channel)
 
 
-def _child(rank, nproc, port, backend, device, placement, deadline_unix, worker, args, kwargs, out_q, parent_pid):
+def preflight_all_reduce(ctx: RankContext, stage: Callable[[str], None]) -> None:
+    """One all-reduce of the rank numbers, checked (sum N(N-1)/2), before the measurements.
+
+    `stage("all_reduce")` tells the launcher this rank has reached the collective: a rank that
+    never says so stalled before it; when every rank said so and none finished, the link hangs.
+    Reading the sum waits for the GPU (NCCL's call returns before its kernel has run).
+    """
+    t = torch.tensor([float(ctx.rank)], device=ctx.device)
+    stage("all_reduce")
+    dist.all_reduce(t)
+    got, want = float(t.item()), ctx.world_size * (ctx.world_size - 1) / 2
+    if got != want:
+        raise RuntimeError(f"preflight all-reduce of the rank numbers gave {got:g}, not {want:g}")
+
+
+def preflight_for(backend: str, preflight) -> Callable | None:
+    """The preflight ranks run: None (the default) = `preflight_all_reduce` on NCCL, none on gloo
+    (its all-reduce over sockets does not hang the way a GPU link can); True / False force it on
+    or off; a function `fn(ctx, stage)` replaces the all-reduce (tests fake a stalled rank so)."""
+    if preflight is None:
+        return preflight_all_reduce if backend == "nccl" else None
+    if preflight is True:
+        return preflight_all_reduce
+    if preflight is False:
+        return None
+    if callable(preflight):
+        return preflight
+    raise LabInputError(f"preflight={preflight!r} must be None, True, False or a function (ctx, stage)")
+
+
+def _child(rank, nproc, port, backend, device, placement, deadline_unix, preflight, worker, args, kwargs, out_q,
+           parent_pid):
     _die_with_parent()
     if os.getppid() != parent_pid:  # parent died before prctl took effect
         os._exit(1)
@@ -209,8 +310,16 @@ def _child(rank, nproc, port, backend, device, placement, deadline_unix, worker,
         # Collectives give up at 80% of the time left, counted after start-up (slow on a busy
         # machine): the peers of a hung rank then report before the launcher's deadline.
         timeout_s = max(1.0, 0.8 * (deadline_unix - time.time()))
+
+        def stage(name: str) -> None:
+            out_q.put(("stage", rank, name))
+        stage("joining")
         ctx = init_rank(backend, device, rank, nproc, rank, timeout_s,
                         channel=lambda payload: out_q.put(("report", rank, payload)))
+        if preflight is not None:
+            stage("preflight")
+            preflight(ctx, stage)
+            stage("ready")
         pin_rank(placement, rank)  # after init: see labutils.measure.placement on gloo's threads
         out_q.put(("result", rank, worker(ctx, *args, **kwargs)))
         status = 0
@@ -243,7 +352,8 @@ def _stop_all(procs) -> None:
 def launch(worker: Callable, nproc: int, *, args: tuple = (), kwargs: dict | None = None,
            backend: str = "gloo", device: str = "cpu", timeout_s: float = 300.0,
            threads_per_rank: int | None = None, like_ranks: int | None = None,
-           on_report: Callable[[int, Any], None] | None = None, oversubscribe: bool | None = None) -> list:
+           on_report: Callable[[int, Any], None] | None = None, oversubscribe: bool | None = None,
+           preflight=None, preflight_timeout_s: float = PREFLIGHT_TIMEOUT_S) -> list:
     """Run `worker(ctx, *args, **kwargs)` on `nproc` local ranks; return the results by rank.
 
     `nproc` is bounded by what the machine holds (`placement.check_local_ranks`: two ranks per
@@ -257,28 +367,45 @@ def launch(worker: Callable, nproc: int, *, args: tuple = (), kwargs: dict | Non
     CPU placement (labutils.measure.placement.machine_placement): every rank gets a set of cores of its
     own and one torch thread per core, `threads_per_rank` of them when given. `like_ranks=N`
     plans as for N ranks and runs the first `nproc` of them: a one-rank baseline then gets the
-    same CPUs and threads as rank 0 of the N-rank run it is compared with.
+    same CPUs and threads as rank 0 of the N-rank run it is compared with. On CUDA a rank's cores
+    come from its GPU's NUMA node when NVML or sysfs says which (`gpu_numa_nodes`).
+
+    Preflight (`preflight_for`: on by default for NCCL, off for gloo): every rank makes one small
+    all-reduce first; when it has not finished on every rank `preflight_timeout_s` after the
+    last rank started joining the group (NCCL sets up its communicator there), the run stops
+    with a RankError naming the rank(s) that stalled before it, or, when all were waiting in it,
+    saying that the link hangs.
     """
     nproc = check_local_ranks(nproc, oversubscribe=oversubscribe)
-    if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < MAX_TIMEOUT_S):
-        raise LabInputError(f"timeout_s={timeout_s!r} is outside the allowed range (0, {MAX_TIMEOUT_S:g}) s")
+    for name, value in (("timeout_s", timeout_s), ("preflight_timeout_s", preflight_timeout_s)):
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < MAX_TIMEOUT_S):
+            raise LabInputError(f"{name}={value!r} is outside the allowed range (0, {MAX_TIMEOUT_S:g}) s")
+    preflight = preflight_for(backend, preflight)
     plan_ranks = nproc if like_ranks is None else check_int("like_ranks", like_ranks, low=nproc)
-    placement = machine_placement(plan_ranks, threads_per_rank)
+    gpu_nodes = gpu_numa_nodes(plan_ranks) if device == "cuda" else ()
+    placement = machine_placement(plan_ranks, threads_per_rank, gpu_nodes=gpu_nodes)
     deadline_unix = time.time() + timeout_s
     ctx = mp.get_context("spawn")
     out_q = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_child, name=f"lab-rank{r}", daemon=True,
-                         args=(r, nproc, port, backend, device, placement, deadline_unix, worker, args,
-                               kwargs or {}, out_q, os.getpid()))
+                         args=(r, nproc, port, backend, device, placement, deadline_unix, preflight, worker,
+                               args, kwargs or {}, out_q, os.getpid()))
              for r in range(nproc)]
     results: dict[int, Any] = {}
     errors: dict[int, str] = {}
+    stages: dict[int, set[str]] = {r: set() for r in range(nproc)}
     deadline = time.monotonic() + timeout_s
+    preflight_deadline = None  # set when the last rank starts joining the group (start-up is not timed)
     try:
         for p in procs:
             p.start()
         while len(results) < nproc:
+            if (preflight is not None and preflight_deadline is not None and time.monotonic() > preflight_deadline
+                    and not all("ready" in s for s in stages.values())):
+                _collect_errors(out_q, errors, results, on_report, wait_s=0.2)
+                raise (_blame(procs, results, errors, timeout_s) if errors
+                       else _preflight_error(stages, preflight_timeout_s))
             try:
                 kind, rank, payload = out_q.get(timeout=0.05)
             except _queue.Empty:
@@ -287,7 +414,11 @@ def launch(worker: Callable, nproc: int, *, args: tuple = (), kwargs: dict | Non
                     _collect_errors(out_q, errors, results, on_report, wait_s=0.5)
                     raise _blame(procs, results, errors, timeout_s) from None
                 continue
-            if kind == "report":
+            if kind == "stage":
+                stages[rank].add(payload)
+                if preflight_deadline is None and all(stages.values()):
+                    preflight_deadline = time.monotonic() + preflight_timeout_s
+            elif kind == "report":
                 if on_report is not None:
                     on_report(rank, payload)
             elif kind == "result":
@@ -303,6 +434,26 @@ def launch(worker: Callable, nproc: int, *, args: tuple = (), kwargs: dict | Non
         out_q.cancel_join_thread()
 
 
+def _preflight_error(stages: dict[int, set[str]], timeout_s: float) -> RankError:
+    """Name the rank(s) that stalled in the preflight: those that never reached its all-reduce
+    (their peers waited in it for them); when every late rank was in it, the link hangs."""
+    late = [r for r, s in sorted(stages.items()) if "ready" not in s]
+    stalled = [r for r in late if "all_reduce" not in stages[r]]
+    waiting = [r for r in late if r not in stalled]
+    if stalled:
+        where = {r: "before the preflight all-reduce" if "preflight" in stages[r] else "joining the process group"
+                 for r in stalled}
+        said = "; ".join(f"rank {r} stalled {w}" for r, w in where.items())
+        peers = f" (rank(s) {', '.join(map(str, waiting))} waited in the all-reduce)" if waiting else ""
+        return RankError(f"preflight did not finish within {timeout_s:g} s: {said}{peers}; all ranks were stopped",
+                         rank=stalled[0] if len(stalled) == 1 else None)
+    ranks = ", ".join(map(str, late))
+    return RankError(f"preflight did not finish within {timeout_s:g} s: rank(s) {ranks} entered one small all-reduce "
+                     "and it never completed, so the link between the GPUs hangs (on NCCL often its peer-to-peer "
+                     "path: rerun with NCCL_P2P_DISABLE=1, and NCCL_DEBUG=INFO shows the path); all ranks were stopped",
+                     rank=late[0] if len(late) == 1 else None)
+
+
 def _collect_errors(out_q, errors: dict, results: dict, on_report, wait_s: float) -> None:
     """Gather the messages still in flight for up to `wait_s` seconds."""
     end = time.monotonic() + wait_s
@@ -315,7 +466,7 @@ def _collect_errors(out_q, errors: dict, results: dict, on_report, wait_s: float
             errors.setdefault(rank, payload)
         elif kind == "result":
             results[rank] = payload
-        elif on_report is not None:
+        elif kind == "report" and on_report is not None:
             on_report(rank, payload)
 
 
@@ -391,7 +542,8 @@ def run_this_rank(worker: Callable, *, args: tuple = (), kwargs: dict | None = N
     if env is None:
         raise LabInputError("not launched by torchrun: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are unset")
     channel = (lambda payload: on_report(env["rank"], payload)) if on_report else None
-    placement = machine_placement(env["local_world_size"])  # same plan on every local rank
+    gpu_nodes = gpu_numa_nodes(env["local_world_size"]) if device == "cuda" else ()
+    placement = machine_placement(env["local_world_size"], gpu_nodes=gpu_nodes)  # same plan on every local rank
     set_rank_threads(placement)
     ctx = init_rank(backend, device, env["rank"], env["world_size"], env["local_rank"], timeout_s, channel)
     pin_rank(placement, env["local_rank"])
@@ -412,9 +564,16 @@ def ping_worker(ctx: RankContext) -> dict:
 
 
 def free_memory_bytes(device: str, nproc: int) -> int:
-    """Memory free for the buffers: MemAvailable on the CPU, the smallest GPU's free memory on CUDA."""
+    """Memory free for the buffers: MemAvailable on the CPU; on CUDA the smallest free memory of
+    the GPUs `nproc` ranks use, read through NVML (no CUDA context in this process), else (no
+    NVML) the smallest total memory from the device properties."""
     if device == "cuda":
-        return min(torch.cuda.mem_get_info(i)[0] for i in range(min(nproc, torch.cuda.device_count())))
+        count = min(nproc, cuda_device_count())
+        gpus = visible_gpus()
+        free = [g.memory_free_bytes for g in (gpus or [])[:count]]
+        if count and len(free) == count and None not in free:
+            return min(free)
+        return min(torch.cuda.get_device_properties(i).total_memory for i in range(count))
     try:
         with open("/proc/meminfo", encoding="utf-8") as fh:
             for line in fh:

@@ -26,8 +26,10 @@ process group is up). The rules, in order:
    count (`threads_per_rank`, or `LAB_THREADS_PER_RANK` for the launcher) replaces the default
    and the cap; it is used when it fits (the headroom gives way first), else the most that fits,
    and the explanation says so.
-6. **NUMA, packed:** ranks in order take their cores from the lowest NUMA node that still has
-   enough free cores; a rank spans two nodes only when no node has room. Packed, not
+6. **NUMA: the GPU's node, then packed.** A rank whose GPU's NUMA node is known (`gpu_nodes`:
+   NVML's, else sysfs; the launcher reads it) takes its cores from that node while it has room;
+   the other ranks, in order, take theirs from the lowest NUMA node that still has enough free
+   cores; a rank spans two nodes only when no node has room. Packed, not
    round-robin: in this lab the ranks' link is host memory (gloo over loopback and shared
    memory), which stays inside one socket's cache and memory controller when the ranks do, and
    rank 0, whose set the one-rank baseline also gets, sits in the same place in every run.
@@ -35,9 +37,10 @@ process group is up). The rules, in order:
    every CPU.
 
 GPU ranks are placed the same way (their host-side work, gloo's staging copies and reductions
-included, runs on these cores). The plan does not yet look at which NUMA node each GPU hangs off
-(`nvidia-smi topo -m`'s NUMA affinity): on a two-socket machine with GPUs on both sockets some
-ranks may sit on the far node; `LAB_PIN_CPU=0` hands placement back to the system there.
+included, runs on these cores), on their GPU's node (rule 6): on a two-socket machine with GPUs
+on both sockets a rank's kernel launches, host copies and NCCL's proxy thread then stay on the
+socket its GPU's PCIe root sits on, instead of crossing the socket link. With the node unknown
+(-1: one-node machines, a driver that does not say) the plan is the packed one.
 
 Why pin at all: unpinned ranks migrate between cores and queue behind each other; on a 2-core
 VM pinning cut gloo's small-message time from about 1.5 ms to 0.35 ms, and its jitter with it.
@@ -150,14 +153,20 @@ def check_local_ranks(nproc, layout=None, oversubscribe: bool | None = None, nam
     return nproc
 
 
-def _assign(cores, nranks: int, threads: int) -> list[list[tuple[int, int, tuple[int, ...]]]]:
-    """Packed first fit: each rank takes `threads` cores from the lowest node with room."""
+def _assign(cores, nranks: int, threads: int,
+            gpu_nodes: tuple[int, ...] = ()) -> list[list[tuple[int, int, tuple[int, ...]]]]:
+    """Each rank takes `threads` cores: from its GPU's node `gpu_nodes[r]` when that node is known
+    and has room (these ranks choose first), else packed first fit from the lowest node with room."""
     free: dict[int, list] = {}
     for core in cores:
         free.setdefault(core[0], []).append(core)
-    ranks = []
-    for _ in range(nranks):
-        node = next((n for n in sorted(free) if len(free[n]) >= threads), None)
+    wanted = [gpu_nodes[r] if r < len(gpu_nodes) else -1 for r in range(nranks)]
+    order = sorted(range(nranks), key=lambda r: wanted[r] not in free)  # stable: ranks in order within each
+    ranks: list = [None] * nranks
+    for r in order:
+        node = wanted[r] if len(free.get(wanted[r], ())) >= threads else None
+        if node is None:
+            node = next((n for n in sorted(free) if len(free[n]) >= threads), None)
         if node is not None:
             taken, free[node] = free[node][:threads], free[node][threads:]
         else:  # no node has room: fill from the fullest nodes, spanning as few as possible
@@ -165,7 +174,7 @@ def _assign(cores, nranks: int, threads: int) -> list[list[tuple[int, int, tuple
             for n in sorted(free, key=lambda n: (-len(free[n]), n)):
                 need = threads - len(taken)
                 taken, free[n] = taken + free[n][:need], free[n][need:]
-        ranks.append(taken)
+        ranks[r] = taken
     return ranks
 
 
@@ -174,9 +183,11 @@ def _short(ranks: list[str], keep: int = 4) -> str:
 
 
 def plan_placement(layout, nranks: int, threads_per_rank: int | None = None, reserve_cores: int | None = None,
-                   max_threads: int = MAX_THREADS_PER_RANK, pin: bool = True) -> Placement:
+                   max_threads: int = MAX_THREADS_PER_RANK, pin: bool = True,
+                   gpu_nodes: tuple[int, ...] | None = None) -> Placement:
     """Plan CPU sets and thread counts for `nranks` local ranks on `layout` (see the module's
     rules). `layout` needs `.logical` (LogicalCpu: cpu, core, node) and `.quota_cpus`.
+    gpu_nodes: the NUMA node of rank r's GPU at [r], -1 unknown (rule 6); None or () = none known.
 
     threads_per_rank: None = planned (capped at `max_threads`); a number = asked for.
     reserve_cores: cores kept for no rank; None = 1 from 8 usable cores up, else 0.
@@ -215,7 +226,11 @@ def plan_placement(layout, nranks: int, threads_per_rank: int | None = None, res
     else:
         threads = usable // nranks
         notes.append(f"{threads_per_rank} threads per rank were asked for, {threads} fit")
-    ranks = _assign(cores, nranks, threads)
+    gpu_nodes = tuple(int(n) for n in (gpu_nodes or ()))
+    ranks = _assign(cores, nranks, threads, gpu_nodes)
+    near = [r for r, rank in enumerate(ranks) if r < len(gpu_nodes) and {n for n, _, _ in rank} == {gpu_nodes[r]}]
+    if near:
+        notes.append(f"{len(near)} rank(s) on their GPU's NUMA node")
     taken = {c for rank in ranks for _, _, cpus in rank for c in cpus}
     spare = tuple(c for c in every if c not in taken)
     nodes = tuple(tuple(sorted({n for n, _, _ in rank})) for rank in ranks)
@@ -242,14 +257,16 @@ def _env_threads() -> int | None:
     return int(raw)
 
 
-def machine_placement(nranks: int, threads_per_rank: int | None = None, layout=None) -> Placement:
+def machine_placement(nranks: int, threads_per_rank: int | None = None, layout=None,
+                      gpu_nodes: tuple[int, ...] | None = None) -> Placement:
     """`plan_placement` for this machine (`cpu_layout()`, this process's CPUs), with the
     environment's settings: LAB_PIN_CPU=0 turns pinning off, LAB_THREADS_PER_RANK=N replaces
-    the planned thread count when `threads_per_rank` is None."""
+    the planned thread count when `threads_per_rank` is None. `gpu_nodes`: each rank's GPU's
+    NUMA node (the launcher reads them from NVML)."""
     if threads_per_rank is None:
         threads_per_rank = _env_threads()
     return plan_placement(layout or cpu_layout(), nranks, threads_per_rank,
-                          pin=os.environ.get("LAB_PIN_CPU", "1") != "0")
+                          pin=os.environ.get("LAB_PIN_CPU", "1") != "0", gpu_nodes=gpu_nodes)
 
 
 def set_rank_threads(placement: Placement) -> None:

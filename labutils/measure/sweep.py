@@ -46,6 +46,7 @@ from labutils.measure.launch import (
     RankError,
     cuda_device_count,
     free_memory_bytes,
+    gpu_names,
     launch,
     ranks_per_gpu,
     resolve_backend,
@@ -118,8 +119,8 @@ def _versions() -> dict:
 def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", **settings) -> dict:
     """Where and how a sweep ran: host, devices, versions, topology when known, UTC date, settings."""
     if device == "cuda":
-        count = max(1, torch.cuda.device_count())
-        devices = [torch.cuda.get_device_name(r % count) for r in range(world_size)]
+        names = gpu_names(max(1, cuda_device_count()))  # NVML: no CUDA context in the launching process
+        devices = [names[r % len(names)] for r in range(world_size)]
     else:
         devices = [f"cpu: {_cpu_name()}"] * world_size
     return {"host": socket.gethostname().split(".")[0], "devices": devices, "backend": backend, "device": device,

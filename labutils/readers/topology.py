@@ -30,6 +30,7 @@ import pandas as pd
 from labutils.core.inputs import LabInputError, check_choice
 from labutils.core.results import DATA_DIR
 from labutils.readers.links import LinkFigure, link_figure, link_figures, nvlink_figure, pcie_figure, range_kind
+from labutils.readers.nvml import GpuFacts, nvml_facts
 from labutils.readers.pcie import GT_PER_LANE, WIDTHS, pcie_band, scale_to_pcie
 from labutils.readers.sources import read_text, run_nvidia_smi
 
@@ -430,54 +431,6 @@ def live_topology(timeout_s: float = 15.0) -> tuple[Topology | None, str]:
 
 
 # ---- NVML facts (GPU machines) ------------------------------------------------------------
-
-@dataclass(frozen=True)
-class GpuFacts:
-    """What NVML says about one GPU: PCIe generation and width (current and max) and how many
-    NVLinks are active."""
-
-    index: int
-    name: str
-    pcie_gen: int | None
-    pcie_gen_max: int | None
-    pcie_width: int | None
-    pcie_width_max: int | None
-    nvlinks_active: int
-
-
-def nvml_facts() -> tuple[list[GpuFacts], str]:
-    """([GpuFacts per GPU], "") or ([], why not). Needs nvidia-ml-py and an NVIDIA driver."""
-    try:
-        import pynvml
-    except ImportError:
-        return [], "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return [], f"NVML is not available: {exc}"
-    try:
-        return [_facts(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())], ""
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _facts(pynvml, i: int) -> GpuFacts:
-    h = pynvml.nvmlDeviceGetHandleByIndex(i)
-
-    def ask(fn, *args):
-        try:
-            return int(fn(h, *args))
-        except pynvml.NVMLError:
-            return None
-
-    active = 0
-    for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
-        active += ask(pynvml.nvmlDeviceGetNvLinkState, link) == 1
-    name = pynvml.nvmlDeviceGetName(h)
-    return GpuFacts(i, name.decode() if isinstance(name, bytes) else str(name),
-                    ask(pynvml.nvmlDeviceGetCurrPcieLinkGeneration), ask(pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
-                    ask(pynvml.nvmlDeviceGetCurrPcieLinkWidth), ask(pynvml.nvmlDeviceGetMaxPcieLinkWidth), active)
-
 
 def pcie_gen_of(facts: list[GpuFacts]) -> int:
     """The PCIe generation to assume: the lowest max generation among the GPUs, within 3..5."""
