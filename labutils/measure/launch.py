@@ -285,7 +285,8 @@ def preflight_all_reduce(ctx: RankContext, stage: Callable[[str], None]) -> None
 def preflight_for(backend: str, preflight) -> Callable | None:
     """The preflight ranks run: None (the default) = `preflight_all_reduce` on NCCL, none on gloo
     (its all-reduce over sockets does not hang the way a GPU link can); True / False force it on
-    or off; a function `fn(ctx, stage)` replaces the all-reduce (tests fake a stalled rank so)."""
+    or off; a function `fn(ctx, stage)` of one's own replaces the all-reduce (a larger one, say), calling
+    `stage("all_reduce")` as it enters its collective."""
     if preflight is None:
         return preflight_all_reduce if backend == "nccl" else None
     if preflight is True:
