@@ -1,0 +1,165 @@
+"""Each notebook's plan: how its time budget is shared out, and what it runs on a given machine.
+
+Every measuring notebook has a `budget_s` parameter: the seconds its measurements may take, the
+same on any machine (`budget_s(quick)`: 40 s in full mode, 12 s in quick mode). `Budget(name,
+budget_s)` hands it out over the notebook's experiments; each experiment then fits its
+repetitions to its share (labutils.model.repetitions).
+
+`notebook_plan(name, machine, params)` is the same notebook seen by the run-time model
+(labutils.model.run_time): its rank sets, calls, figures and, per measurement, the predicted
+round at each size. Sizes come from labutils.model.sizing, as the notebooks choose them, and the
+other settings from the notebook's own `parameters` cell (`params`, runner.notebook_parameters),
+so the prediction follows the notebooks as they change. Assumed: notebook 02 has saved a sweep
+and a link before 04, 07 and 08 run (the course order), so they measure none of their own.
+"""
+
+from __future__ import annotations
+
+import time
+
+from labutils.core.busbw import sweep_sizes
+from labutils.core.inputs import LabInputError, check_range
+from labutils.model import sizing
+from labutils.model.run_time import Machine, Measurement, NotebookPlan, predict
+
+FULL_BUDGET_S = 40.0  # seconds of measuring per notebook in full mode, on any machine
+QUICK_BUDGET_S = 12.0
+
+SHARES = {  # each measuring notebook's experiments and the fraction of its budget each gets
+    "02_allreduce_sweep": {"sweep": 0.7, "sweep beside": 0.3},
+    "03_ring_by_hand": {"hand ring": 1.0},
+    "05_tensor_parallel": {"one split step": 1.0},
+    "07_validating_the_budget": {"before the split": 0.3, "the split": 0.45, "overlap": 0.25},
+    "08_data_parallel_training": {"one rank": 0.3, "N ranks": 0.6, "contention": 0.1},
+}
+
+
+def budget_s(quick: bool, budget: float | None = None) -> float:
+    """The notebook's measuring budget: `budget` when given (checked), else 40 s full, 12 s quick."""
+    if budget is None:
+        return QUICK_BUDGET_S if quick else FULL_BUDGET_S
+    check_range("budget_s", budget, low=1, high=3600, unit="s")
+    return float(budget)
+
+
+class Budget:
+    """A notebook's measuring budget as a clock, started when made (before its first ranks start):
+    `share(what)` hands experiment `what` its fraction of the seconds left, shared among the
+    experiments not yet run, so that rank start-up, and any overrun of an earlier experiment,
+    comes out of the later ones and the notebook's measuring stays near `total_s`."""
+
+    def __init__(self, name: str, total_s: float, clock=time.monotonic):
+        if name not in SHARES:
+            raise LabInputError(f"notebook {name!r} has no measuring budget (those with one: {', '.join(SHARES)})")
+        self.name, self.total_s, self._clock = name, float(total_s), clock
+        self._start, self._waiting = clock(), dict(SHARES[name])
+
+    def left_s(self) -> float:
+        return self.total_s - (self._clock() - self._start)
+
+    def share(self, what: str) -> float:
+        """Seconds for experiment `what` (each once): left x its fraction / the fractions still waiting."""
+        if what not in self._waiting:
+            raise LabInputError(f"{what!r} is not a waiting experiment of {self.name} "
+                                f"(waiting: {', '.join(self._waiting) or 'none'})")
+        rest = sum(self._waiting.values())
+        return max(0.0, self.left_s()) * self._waiting.pop(what) / rest
+
+
+# --- the notebooks as the run-time model sees them ------------------------------------------------
+
+def _allreduce_s(size_bytes: float, alpha_us: float, busbw_GBps: float, nproc: int) -> float:
+    return alpha_us * 1e-6 + 2 * (nproc - 1) / nproc * size_bytes / (busbw_GBps * 1e9)
+
+
+def _sweep(what: str, machine: Machine, share_s: float, max_bytes: int, nproc: int, alpha_us: float,
+           busbw_GBps: float, quick: bool) -> Measurement:
+    """A sweep 1 KiB .. `max_bytes` (x2): a round per size is one all-reduce, plus the check."""
+    sizes = sweep_sizes(1024, max_bytes, 2)
+    rounds = tuple(2 * _allreduce_s(s, alpha_us, busbw_GBps, nproc) + machine.call_s / 10 for s in sizes)
+    return Measurement(what, rounds, share_s, warmup=2 if quick else 5, min_reps=3, max_reps=1000)
+
+
+def _cpu_link(machine: Machine) -> tuple[float, float]:
+    """gloo across CPU processes on this machine: the route's own link on a CPU-only machine, else
+    a server's loopback (about 60 us, 5 GB/s)."""
+    return (machine.alpha_us, machine.busbw_GBps) if machine.route == "cpu" else (60.0, 5.0)
+
+
+def notebook_plan(name: str, machine: Machine, params: dict) -> NotebookPlan:
+    """The plan of notebook `name` on `machine` with the parameters `params` (its parameters cell
+    with any overrides; `quick` and `budget_s` among them)."""
+    quick = bool(params.get("quick", False))
+    budget = budget_s(quick, params.get("budget_s"))
+    frac = SHARES.get(name, {})
+    nproc = int(params.get("nproc") or 2)
+    rates = machine.rates(2)
+    if name == "00_check_your_machine":
+        return NotebookPlan(name, budget, rank_sets=1 if params.get("ping_gloo", True) else 0, calls=1, figures=0,
+                            fixed_s=0.5)
+    if name == "01_topology":
+        copies = 0.0
+        if machine.gpus:
+            size, iters = 256 * 2**20, int(params.get("copy_iters") or 20)
+            pairs = machine.gpus * (machine.gpus - 1)
+            copies = iters * size * (2 * machine.gpus / 25e9 + pairs / max(machine.busbw_GBps * 1e9, 25e9))
+        return NotebookPlan(name, budget, rank_sets=0, calls=0, figures=4, fixed_s=1.5 + copies)
+    if name == "02_allreduce_sweep":
+        max_bytes = 4 << 20 if quick else 64 << 20
+        sweeps = [_sweep("sweep", machine, frac["sweep"], max_bytes, nproc, machine.alpha_us,
+                         machine.busbw_GBps, quick)]
+        sets = 1
+        if machine.route != "cpu" and not quick:  # a sweep beside the main one, on another set of ranks
+            alpha, busbw = _cpu_link(machine) if machine.route == "one-gpu" else (machine.alpha_us * 4, 2.0)
+            sweeps.append(_sweep("sweep beside", machine, frac["sweep beside"], max_bytes, nproc, alpha, busbw, quick))
+            sets += 1
+        sets += machine.route == "multi-gpu" and not quick  # the NCCL_DEBUG capture: ranks with its environment
+        return NotebookPlan(name, budget, rank_sets=sets, calls=3, figures=4, measurements=tuple(sweeps), fixed_s=1.0)
+    if name == "03_ring_by_hand":
+        alpha, busbw = _cpu_link(machine)
+        sizes = params.get("sizes") or [4096, 65536, 1048576, 4194304, 16777216]
+        n = int(params.get("nproc") or 4)
+        rounds = tuple(4 * (2 * (n - 1) * alpha * 1e-6 + 2 * (n - 1) / n * s / (busbw * 1e9)) for s in sizes)
+        return NotebookPlan(name, budget, rank_sets=1, calls=1, figures=3,
+                            measurements=(Measurement("hand ring", rounds, frac["hand ring"], 1, 1, 500),),
+                            fixed_s=0.5)
+    if name == "04_predicting_allreduce":
+        return NotebookPlan(name, budget, rank_sets=0, calls=0, figures=3, fixed_s=0.5)
+    if name == "05_tensor_parallel":
+        layers = sizing.layer_plan(rates, quick)
+        b, h = layers.timing_size
+        rounds = (sizing.layer_round_s(b, h, ("whole", "split"), rates),)
+        return NotebookPlan(name, budget, rank_sets=1, calls=6, figures=3, fixed_s=1.5,
+                            measurements=(Measurement("one split step", rounds, frac["one split step"], 2, 5),))
+    if name == "06_time_budget":
+        return NotebookPlan(name, budget, rank_sets=0, calls=0, figures=5, fixed_s=1.0)
+    if name == "07_validating_the_budget":
+        layers = sizing.layer_plan(rates, quick)
+        def rounds(modes, sizes, chunks=(1,)):
+            return tuple(sizing.layer_round_s(b, h, modes, rates, 2, chunks) for b, h in sizes)
+        ms = (Measurement("before the split", rounds(("whole", "halves"), layers.sizes), frac["before the split"]),
+              Measurement("the split", rounds(("whole", "split", "replica"), layers.sizes), frac["the split"]),
+              Measurement("overlap", rounds(("whole", "overlap"), [layers.overlap_size], layers.chunk_counts),
+                          frac["overlap"]))
+        step = sizing.layer_round_s(*layers.overlap_size, ("overlap",), rates, 2, (max(layers.chunk_counts),))
+        return NotebookPlan(name, budget, rank_sets=1, calls=5, figures=3, measurements=ms, fixed_s=0.5 + 10 * step)
+    if name == "08_data_parallel_training":
+        depth = int(params.get("depth") or 4)
+        plan = sizing.ddp_plan(rates, quick, budget, depth, nproc)
+        b = plan.batch_per_rank
+        one = tuple(sizing.ddp_step_s(w, depth, k * b, rates, 1)
+                    for w in plan.widths for k in (1, nproc))
+        many = tuple(sizing.ddp_step_s(w, depth, b, rates, nproc) * 1.2 for w in plan.widths for _ in range(2))
+        many += tuple(sizing.ddp_step_s(plan.widths[-1], depth, b, rates, nproc) for _ in plan.bucket_caps_mb)
+        probe = (3 * sizing.ddp_step_s(plan.widths[-1], depth, b, rates, nproc),)
+        ms = (Measurement("one rank", one, frac["one rank"], 2, 3, 50),
+              Measurement("N ranks", many, frac["N ranks"], 2, 3, 50),
+              Measurement("contention", probe, frac["contention"], 1, 3, 20))
+        return NotebookPlan(name, budget, rank_sets=1, calls=5, figures=4, measurements=ms,
+                            fixed_s=0.5 + 5 * plan.widest_step_s)
+    raise LabInputError(f"notebook {name!r} is not one of the course's")
+
+
+def predicted_seconds(machine: Machine, params_by_notebook: dict[str, dict]) -> dict[str, float]:
+    """{notebook: predicted seconds} for every notebook given with its parameters."""
+    return {name: predict(machine, notebook_plan(name, machine, p)).total_s for name, p in params_by_notebook.items()}

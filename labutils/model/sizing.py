@@ -1,0 +1,220 @@
+"""Sizes from the machine: notebook 07's layers and notebook 08's models, chosen from what this
+machine was measured to do, never from a per-route table. Pure functions: no torch, no files.
+
+Three numbers describe the machine (`Rates`): one rank's fp32 GEMM rate F (flop/s, measured with
+a short matrix product on the rank's device, `labutils.measure.compute_rate`), and the link's
+latency alpha and busbw B (the saved link, `labutils.measure.my_link`). From them:
+
+- 07, the split MLP block (ffn = 4H, b rows): one device computes C = 16 b H^2 / F; the split
+  all-reduces V = 4 b H bytes. With N ranks at eta = 1, the split pays when
+      C (1 - 1/N) > alpha + 2(N-1)/N * V / B,
+  a quadratic in H whose root is the break-even hidden size H* (`break_even_hidden`). The sweep
+  spans H* / 4 .. 4 H*, so the measured break-even falls inside on any machine.
+- 08, data parallelism on an MLP of width w and depth d: a step computes 6 b w^2 d flops and
+  all-reduces 4 w^2 d bytes, so compute / all-reduce = 0.75 b B N / (F (N - 1)) whatever the
+  width. The per-rank batch b that makes them equal (`ddp_batch`) puts the two bounds of the step
+  a factor ~1.5 apart, so the check between them means something; the widths then fill the budget.
+
+Both plans are capped by memory (`memory_bytes`, what one rank may use) and by time: a size whose
+predicted round does not fit its share of the budget is left out, and the plan says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from labutils.core.inputs import check_int, check_range
+
+ROUND_TO = 32  # hidden sizes are multiples of 32: 4H splits evenly over up to 8 ranks (and 128 on a GPU)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What one rank's device does (`flops_per_s`, fp32 GEMM) and what the link carries between the
+    ranks (`alpha_us`, `busbw_GBps`, decimal GB/s as nccl-tests), and the memory one rank may use."""
+
+    flops_per_s: float
+    alpha_us: float
+    busbw_GBps: float
+    memory_bytes: float
+
+    def __post_init__(self):
+        check_range("flops_per_s", self.flops_per_s, low=1e6, high=1e17, unit="flop/s")
+        check_range("alpha_us", self.alpha_us, low=0, high=1e7, unit="us")
+        check_range("busbw_GBps", self.busbw_GBps, low=1e-4, high=1e5, unit="GB/s")
+        check_range("memory_bytes", self.memory_bytes, low=2**20, unit="bytes")
+
+
+# --- notebook 07: the split MLP block ----------------------------------------------------------------
+
+def block_flops(batch: int, hidden: int) -> float:
+    """Both linears of the MLP block (H -> 4H -> H), 2 flops per multiply-add: 16 b H^2."""
+    return 16.0 * batch * hidden * hidden
+
+
+def block_volume_bytes(batch: int, hidden: int) -> float:
+    """The split's all-reduce: the fp32 output of the second linear, 4 b H bytes."""
+    return 4.0 * batch * hidden
+
+
+def allreduce_s(volume_bytes: float, rates: Rates, nproc: int = 2) -> float:
+    """alpha + 2(N-1)/N * V / busbw, in seconds (nccl-tests' bus bandwidth, decimal GB/s)."""
+    return rates.alpha_us * 1e-6 + 2 * (nproc - 1) / nproc * volume_bytes / (rates.busbw_GBps * 1e9)
+
+
+def break_even_hidden(batch: int, rates: Rates, nproc: int = 2) -> float:
+    """H* where the split of a b-row block starts to pay at eta = 1:
+    16 b H^2 / F * (1 - 1/N) = alpha + 2(N-1)/N * 4 b H / B, i.e. a H^2 - c H - alpha = 0."""
+    a = 16.0 * batch / rates.flops_per_s * (1 - 1 / nproc)
+    c = 2 * (nproc - 1) / nproc * 4.0 * batch / (rates.busbw_GBps * 1e9)
+    alpha = rates.alpha_us * 1e-6
+    return (c + math.sqrt(c * c + 4 * a * alpha)) / (2 * a)
+
+
+def layer_batch(rates: Rates, nproc: int = 2) -> int:
+    """The rows of 07's block: the smallest power of two from 8 whose break-even H* is at most 8 b
+    (a layer neither a matrix-vector product nor a single row), at most 8192. On a CPU core
+    against gloo that is tens of rows; a GPU, which needs far more work to cover the same
+    latency, gets thousands."""
+    batch = 8
+    while batch < 8192 and break_even_hidden(batch, rates, nproc) > 8 * batch:
+        batch *= 2
+    return batch
+
+
+def layer_memory_bytes(batch: int, hidden: int) -> float:
+    """What one rank holds for the largest mode: the whole block's fp32 weights (2 x 4H^2), a
+    shard of them, and a few b x 4H activations: about 48 H^2 + 64 b H bytes."""
+    return 48.0 * hidden * hidden + 64.0 * batch * hidden
+
+
+def round_up(x: float, multiple: int = ROUND_TO) -> int:
+    return max(multiple, int(math.ceil(x / multiple)) * multiple)
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """07's sizes (05 uses `timing_size`): `batch` rows, `hidden_sizes` around the break-even
+    `break_even_hidden` (H*), the overlap study's size and chunk counts, the sizes left out by the
+    memory cap (`too_big`), and why."""
+
+    batch: int
+    hidden_sizes: tuple[int, ...]
+    overlap_size: tuple[int, int]
+    chunk_counts: tuple[int, ...]
+    timing_size: tuple[int, int]
+    break_even_hidden: float
+    too_big: tuple[int, ...]
+    why: str
+
+    @property
+    def sizes(self) -> list[tuple[int, int]]:
+        return [(self.batch, h) for h in self.hidden_sizes]
+
+
+def layer_plan(rates: Rates, quick: bool, nproc: int = 2) -> LayerPlan:
+    """Hidden sizes H* x 2^(k/2), k = -4..4 (quick: k = -4, -2, 0, 2, 4), rounded up to multiples of
+    32, each fitting `rates.memory_bytes` (`layer_memory_bytes` at most a third of it)."""
+    nproc = check_int("nproc", nproc, low=2, high=8)
+    batch = layer_batch(rates, nproc)
+    star = break_even_hidden(batch, rates, nproc)
+    steps = range(-4, 5, 2) if quick else range(-4, 5)
+    wanted = sorted({round_up(star * 2 ** (k / 2)) for k in steps})
+    fits = [h for h in wanted if layer_memory_bytes(batch, h) <= rates.memory_bytes / 3]
+    too_big = tuple(h for h in wanted if h not in fits)
+    fits = fits or [ROUND_TO]
+    overlap_hidden = min(fits, key=lambda h: abs(math.log(h / star)))
+    timing_hidden = min(fits, key=lambda h: abs(math.log(h / (2 * star))))
+    why = (f"{batch} rows: compute {rates.flops_per_s / 1e9:.3g} GFLOP/s per rank against alpha "
+           f"{rates.alpha_us:.3g} us and busbw {rates.busbw_GBps:.3g} GB/s puts the break-even near H = {star:.0f}; "
+           f"hidden {fits[0]}..{fits[-1]} spans it")
+    if too_big:
+        why += f" (hidden {', '.join(map(str, too_big))} left out: more than a third of the memory)"
+    return LayerPlan(batch, tuple(fits), (batch, overlap_hidden), (1, 2, 4) if quick else (1, 2, 4, 8),
+                     (batch, timing_hidden), star, too_big, why)
+
+
+def layer_round_s(batch: int, hidden: int, modes: tuple[str, ...], rates: Rates, nproc: int = 2,
+                  chunks: tuple[int, ...] = (1,)) -> float:
+    """Predicted wall time of one interleaved round of `modes` at one size (seconds): each mode's
+    compute (whole: C, a shard: C / N) plus, for the modes that communicate, its all-reduce and
+    the untimed line-up step before it (another step of the same length)."""
+    c = block_flops(batch, hidden) / rates.flops_per_s
+    comm = allreduce_s(block_volume_bytes(batch, hidden), rates, nproc)
+    barrier = rates.alpha_us * 1e-6
+    per_mode = {"whole": c, "replica": c, "halves": c / nproc, "split": 2 * (c / nproc + comm)}
+    total = 0.0
+    for mode in modes:
+        if mode == "overlap":
+            total += sum(2 * (c / nproc + comm + k * barrier) for k in chunks)
+        else:
+            total += per_mode[mode]
+        total += barrier
+    return total
+
+
+# --- notebook 08: data parallelism -------------------------------------------------------------------
+
+def ddp_step_flops(width: int, depth: int, batch: int) -> float:
+    """Forward (2 b w^2 per layer) and backward (twice that): 6 b w^2 d flops."""
+    return 6.0 * batch * width * width * depth
+
+
+def ddp_gradient_bytes(width: int, depth: int) -> float:
+    """fp32 weights and biases of `depth` Linear(w, w) layers: 4 (w^2 + w) d bytes."""
+    return 4.0 * (width * width + width) * depth
+
+
+def ddp_batch(rates: Rates, nproc: int = 2) -> int:
+    """Per-rank rows that make compute equal the gradient all-reduce:
+    6 b w^2 d / F = 2(N-1)/N * 4 w^2 d / B  =>  b = 4 F (N - 1) / (3 N B), as a power of two in [4, 65536]."""
+    b = 4 * rates.flops_per_s * (nproc - 1) / (3 * nproc * rates.busbw_GBps * 1e9)
+    return int(min(65536, max(4, 2 ** round(math.log2(max(b, 1.0))))))
+
+
+def ddp_step_s(width: int, depth: int, batch: int, rates: Rates, nproc: int = 2) -> float:
+    """A step with nothing hidden (seconds): compute + alpha + 2(N-1)/N * G / B."""
+    return ddp_step_flops(width, depth, batch) / rates.flops_per_s + allreduce_s(
+        ddp_gradient_bytes(width, depth), rates, nproc)
+
+
+@dataclass(frozen=True)
+class DdpPlan:
+    """08's sizes: `batch_per_rank`, `widths` (4 models, gradients a factor 4 apart), bucket caps
+    and the predicted seconds of the widest model's step; `why` in one sentence."""
+
+    batch_per_rank: int
+    widths: tuple[int, ...]
+    bucket_caps_mb: tuple[float, ...]
+    widest_step_s: float
+    why: str
+
+
+def ddp_plan(rates: Rates, quick: bool, budget_s: float, depth: int = 4, nproc: int = 2,
+             steps_per_run: int = 12) -> DdpPlan:
+    """The batch from `ddp_batch`; the widest model the one whose runs fill `budget_s`: about
+    (runs per width, 8 for the widest with its bucket caps) x `steps_per_run` steps of
+    `ddp_step_s`, the narrower ones halving the width (a quarter of the gradient) each; at least
+    width 64, capped so activations and weights take at most a third of `rates.memory_bytes`."""
+    check_range("budget_s", budget_s, low=0, low_open=True, unit="s")
+    batch = ddp_batch(rates, nproc)
+    count = 2 if quick else 4
+    runs = 4 * (1 + 1 / 4 + 1 / 16 + 1 / 64) + (2 if quick else 4)  # each width 4 runs; the widest its caps too
+    width = 64
+    while True:
+        nxt = width * 2 if width < 1024 else width + 512
+        cost = runs * steps_per_run * ddp_step_s(nxt, depth, nproc * batch, rates, nproc)
+        memory = 4.0 * nxt * nxt * depth * 4 + 4.0 * nproc * batch * nxt * (depth + 2) * 3
+        if cost > budget_s or memory > rates.memory_bytes / 3 or nxt > 16384:
+            break
+        width = nxt
+    widths = tuple(sorted({max(16, round_up(width / 2 ** k, 16)) for k in range(count)}))
+    gradient_mib = ddp_gradient_bytes(widths[-1], depth) / 2**20
+    caps = tuple(c for c in (1.0, 4.0, 16.0, 64.0) if c < 2 * gradient_mib) or (1.0,)
+    if quick:
+        caps = caps[:2]
+    step = ddp_step_s(widths[-1], depth, batch, rates, nproc)
+    why = (f"{batch} rows per rank make compute ({rates.flops_per_s / 1e9:.3g} GFLOP/s) and the all-reduce "
+           f"({rates.busbw_GBps:.3g} GB/s) of the same order; widths up to {widths[-1]} fill the budget")
+    return DdpPlan(batch, widths, caps, step, why)
