@@ -640,6 +640,16 @@ def _machine() -> dict:
     return {"cpu_cores": os.cpu_count() or 1, "gpu_count": gpus, "nvidia_smi": shutil.which("nvidia-smi")}
 
 
+def placement_line() -> str:
+    """Where 2 ranks' threads would run (labutils.measure.placement), in one line."""
+    try:
+        from labutils.measure.placement import machine_placement
+
+        return f"CPU placement for 2 ranks: {machine_placement(2).explanation}"
+    except Exception as exc:  # noqa: BLE001 - a bad LAB_THREADS_PER_RANK, say, is reported, not fatal here
+        return f"CPU placement: {exc}"
+
+
 def run_child(args) -> int:
     """`--step N`: run one step in this process, within --step-timeout-s, and write its facts to --result-file."""
     args.step_timeout_s = args.step_timeout_s or STEPS[args.step].timeout_s
@@ -689,6 +699,8 @@ def format_plan(plan, budget_s: float, directory=NOTEBOOK_DIR, notes: dict | Non
 def main(argv=None) -> int:
     started = time.monotonic()
     args = parse_args(argv)
+    if args.step is not None and args.device != "auto":  # a step's own process: no torch import unless it needs one
+        return run_child(args)
     machine = _machine()
     if args.device == "auto":
         if machine["gpu_count"] == 0 and not machine["nvidia_smi"]:
@@ -701,12 +713,7 @@ def main(argv=None) -> int:
         return run_child(args)
     print(f"gpu_check on {machine['cpu_cores']} cores, {machine['gpu_count']} GPU(s), device {args.device}, "
           f"budget {args.budget_s:.0f} s" + (", quick" if args.quick else ""))
-    try:
-        from labutils.measure.placement import machine_placement
-
-        print(f"CPU placement for 2 ranks: {machine_placement(2).explanation}")
-    except Exception as exc:  # noqa: BLE001 - a bad LAB_THREADS_PER_RANK, say, is reported, not fatal here
-        print(f"CPU placement: {exc}")
+    print(placement_line())
     if args.device == "cuda" and machine["gpu_count"] == 0 and not args.dry_run:
         print("FAIL: nvidia-smi is here but torch sees no CUDA GPU (a CPU build of torch, or a driver mismatch)")
         return 1
@@ -743,6 +750,7 @@ def main(argv=None) -> int:
         from labutils.core.results import to_json
 
         merged = args.out / "notebooks" / "summary.json"
+        merged.parent.mkdir(parents=True, exist_ok=True)
         merged.write_text(to_json(facts["summary"]) + "\n")
         print(f"\nexecuted notebooks: {args.out / 'notebooks'}/<name>/index.html; all of them in {merged}")
     bad = any(r.status in ("FAIL", "TIMEOUT") for r in runs) or any(t.status == "FAIL" for t in targets)
