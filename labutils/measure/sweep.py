@@ -9,7 +9,7 @@ and broadcasts it (every rank must make the same calls), the timed loop (CUDA ev
 barrier + perf_counter on CPU, see labutils.measure.timing), the mean time over ranks and the slowest
 rank, and then a correctness check on freshly filled buffers: every element of the result is
 compared with the exact expected value and mismatches are summed over ranks (`#wrong`).
-The table nccl-tests prints is written and read back by labutils.readers.nccl_tests.
+The table nccl-tests prints is written by labutils.core.busbw and read back by labutils.readers.nccl_tests.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from labutils.core.busbw import (
     canonical_dtype,
     element_bytes,
     layout,
+    print_rows,
     sweep_sizes,
 )
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
@@ -56,7 +57,6 @@ from labutils.measure.launch import (
 from labutils.measure.my_link import load_link, save_link
 from labutils.measure.placement import check_local_ranks, machine_placement
 from labutils.model.fit import LinkFit, fit_alpha_beta
-from labutils.readers.nccl_tests import print_rows
 from labutils.readers.sources import run_nvidia_smi
 
 
