@@ -32,6 +32,7 @@ from labutils.core.busbw import (
     SWEEP_EXTRA,
     canonical_dtype,
     element_bytes,
+    format_size,
     layout,
     print_rows,
     sweep_sizes,
@@ -39,7 +40,6 @@ from labutils.core.busbw import (
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.core.progress import rank_progress
 from labutils.core.results import SweepResult, load_sweep, save_sweep
-from labutils.core.units import format_size
 from labutils.measure.harness import sweep_worker
 from labutils.measure.launch import (
     MAX_TIMEOUT_S,

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from labutils.core.units import format_size
+from labutils.core.busbw import format_size
 
 # Colour-blind-safe palette (Okabe-Ito) that keeps contrast on white and on dark backgrounds.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#999999"]
