@@ -45,7 +45,7 @@ def main() -> int:
     parser.add_argument("--target-ms", type=float, default=30.0)
     args = parser.parse_args()
 
-    from labutils.show.budget_dashboard import budget_dashboard
+    from labutils.show.budget_plots import budget_dashboard
 
     dash = budget_dashboard()
     times_ms, cpu_ms = [], []

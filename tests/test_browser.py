@@ -214,7 +214,7 @@ def test_time_budget_dashboard_follows_its_sliders(lab, budget_page):
 
 def test_a_preset_sets_every_slider(lab, budget_page):
     """Choosing a link in the preset menu moves all seven sliders to its values, exactly."""
-    from labutils.show.budget_dashboard import budget_presets
+    from labutils.show.budget_plots import budget_presets
 
     page, _ = budget_page
     menu = page.locator(".lab-preset-menu select")

@@ -13,6 +13,7 @@ from labutils.core.busbw import (
     SWEEP_EXTRA,
     bandwidths_GBps,
     bus_factor,
+    format_nccl_table,
     layout,
     sweep_sizes,
 )
@@ -22,7 +23,7 @@ from labutils.measure.buffers import expected, fill
 from labutils.measure.harness import warmup_iters
 from labutils.measure.launch import RankError
 from labutils.measure.sweep import WrongResultError, run_sweep, save_sweep
-from labutils.readers.nccl_tests import format_nccl_table, parse_text
+from labutils.readers.nccl_tests import parse_text
 
 
 @pytest.mark.parametrize("n, ar, ag", [(1, 0.0, 0.0), (2, 1.0, 0.5), (3, 4 / 3, 2 / 3), (4, 1.5, 0.75),

@@ -78,7 +78,7 @@ def nothing_starts(monkeypatch, tmp_path):
     monkeypatch.setattr(subprocess, "Popen", _fail)
     monkeypatch.setattr(labutils.core.results, "save_result", _fail)
     monkeypatch.setattr(labutils.core.results, "write_atomic", _fail)
-    monkeypatch.setattr(labutils.measure.sweep, "save_result", _fail)
+    monkeypatch.setattr(labutils.measure.sweep, "save_sweep", _fail)
     monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path / "results"))
     for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                  "LAB_OVERSUBSCRIBE"):

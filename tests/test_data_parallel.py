@@ -204,7 +204,7 @@ def test_rank_zero_sets_the_step_count():
 def test_widget_follows_its_sliders():
     import re
 
-    from labutils.show.ddp_dashboard import ddp_scaling_dashboard
+    from labutils.show.ddp_plots import ddp_scaling_dashboard
 
     dash = ddp_scaling_dashboard(gradient_bytes=100e6, busbw_GBps=10.0, compute_ms=50.0, alpha_us=0.0, buckets=1)
     state = dash.state()

@@ -1,4 +1,4 @@
-"""Every grader of the course (predictions, exercises_topology, exercises_busbw, exercises_ring,
+"""Every grader of the course (check_prediction, exercises_topology, exercises_busbw, exercises_ring,
 exercises_tensor_parallel, exercises_budget, exercises_validation, exercises_ddp) on the judging of
 labutils.course.grading, table-driven: the right answer, rounded right answers (two significant
 figures), the wrong answers a student plausibly gives (each rejected with its own hint), and bad
@@ -20,7 +20,7 @@ from labutils.course import (
     exercises_tensor_parallel,
     exercises_topology,
     exercises_validation,
-    predictions,
+    grading,
 )
 from labutils.course.exercises_budget import check_break_even, check_critical_hidden, check_min_bandwidth
 from labutils.course.exercises_busbw import check_busbw
@@ -35,8 +35,7 @@ from labutils.course.exercises_ring import (
 from labutils.course.exercises_tensor_parallel import check_toy_contribution
 from labutils.course.exercises_topology import check_pair_choice, check_planted_fault
 from labutils.course.exercises_validation import check_t2_prediction
-from labutils.course.grading import is_close, read_number
-from labutils.course.predictions import check_prediction
+from labutils.course.grading import check_prediction, is_close, read_number
 from labutils.doctor.evidence import read_facts
 from labutils.experiments.validation import BudgetInputs
 from labutils.model import hardware_ratio as hr
@@ -305,7 +304,7 @@ def test_prediction_without_a_measurement_and_the_ring_ratio():
 
 # Every grader of the course, by the module of the part it grades.
 GRADERS = {
-    predictions: ("check_prediction",),
+    grading: ("check_prediction",),
     exercises_topology: ("check_pair_choice", "check_planted_fault"),
     exercises_busbw: ("check_busbw",),
     exercises_ring: ("check_ratio_prediction", "check_ring_bytes", "check_ring_steps", "check_allreduce_prediction",
@@ -323,7 +322,7 @@ def test_every_grader_lives_with_its_part_of_the_course():
     (check_* whose first parameter is a student's answer, guess or prediction)."""
     names = {n for found in GRADERS.values() for n in found}
     shape = re.compile(r"answer|guess|predict")
-    for path in Path(predictions.__file__).parent.parent.rglob("*.py"):
+    for path in Path(grading.__file__).parent.parent.rglob("*.py"):
         if path.name in GRADER_FILES:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

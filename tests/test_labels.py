@@ -10,7 +10,7 @@ import pytest
 from labutils.readers.links import LOW_KINDS, link_figure, link_figures, load_link_table, nvlink_figure
 from labutils.readers.pcie import pcie_band
 from labutils.readers.topology import expected_figure
-from labutils.show.budget_dashboard import budget_presets
+from labutils.show.budget_plots import budget_presets
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 SPEC_BODIES = ("PCI-SIG", "NVIDIA", "IEEE", "InfiniBand")

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from labutils.core import results
+from labutils.core.busbw import GBps, format_size, parse_size
 from labutils.core.inputs import LabInputError, check_int, check_range
-from labutils.core.units import GBps, format_size, parse_size
 
 
 def test_save_never_overwrites_and_round_trips(tmp_path):

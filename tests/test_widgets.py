@@ -8,7 +8,7 @@ import pytest
 
 from labutils.core.results import save_result
 from labutils.model import budget as bm
-from labutils.show.budget_dashboard import budget_dashboard, budget_presets
+from labutils.show.budget_plots import budget_dashboard, budget_presets
 
 pytest.importorskip("ipywidgets")
 

@@ -3,6 +3,9 @@
 Layout: every measurement is a pair `<dir>/<kind>-<host>-<UTC stamp>[-n].csv` + `.json`, where the
 JSON holds `{"kind", "created_utc", "meta": {...}, "csv": <file name>}`. The directory is
 `data/results/` in the repository, or `$LAB_RESULTS_DIR` when set (tests and CI use that).
+
+A sweep (labutils.measure.sweep) is kept as a result of kind "sweep": `SweepResult`, `save_sweep`,
+`load_sweep`, read back here without starting a rank (the doctor reads the newest one).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import socket
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -189,3 +193,46 @@ def record_figure(key: str, value, unit: str = "", label: str = "") -> None:
         value = value.item()
     figures[key] = {"value": value, "unit": unit, "label": label or key}
     write_atomic(path, to_json(figures) + "\n")
+
+
+# --- a sweep, kept as a result of kind "sweep" ----------------------------------------------------
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A finished sweep: `frame` (one row per op and size, COLUMNS + SWEEP_EXTRA) and `meta`."""
+
+    frame: pd.DataFrame
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def wrong(self) -> int:
+        return int(self.frame["wrong"].fillna(0).sum()) if len(self.frame) else 0
+
+    @property
+    def avg_busbw_GBps(self) -> float:
+        """nccl-tests' "Avg bus bandwidth": the plain mean of busbw over the rows."""
+        return float(self.frame["busbw_GBps"].mean()) if len(self.frame) else math.nan
+
+    @property
+    def peak_busbw_GBps(self) -> float:
+        return float(self.frame["busbw_GBps"].max()) if len(self.frame) else math.nan
+
+
+def save_sweep(result: SweepResult):
+    """Save a sweep as a result of kind "sweep" (CSV + JSON metadata, atomic, never overwriting)."""
+    return save_result("sweep", result.frame, result.meta)
+
+
+def load_sweep(op: str = "all_reduce", world_size: int | None = None, backend: str | None = None,
+               device: str | None = None) -> SweepResult | None:
+    """The newest saved sweep that measured `op` (and matches world size, backend and device
+    ("cpu" or "cuda") when given)."""
+    for path in reversed(list_results("sweep")):
+        record, frame = load_result(path)
+        meta = record.get("meta", {})
+        if frame is None or op not in set(frame["op"]):
+            continue
+        wanted = {"world_size": world_size, "backend": backend, "device": device}
+        if all(v is None or meta.get(k) == v for k, v in wanted.items()):
+            return SweepResult(frame[frame["op"] == op].reset_index(drop=True), meta)
+    return None

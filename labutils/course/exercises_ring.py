@@ -8,8 +8,7 @@ import math
 
 from labutils.core.busbw import bus_factor
 from labutils.core.inputs import check_range
-from labutils.course.grading import GiB_PER_GB, grade, read_whole
-from labutils.course.predictions import check_prediction
+from labutils.course.grading import GiB_PER_GB, check_prediction, grade, read_whole
 from labutils.model.fit import allreduce_ms, latency_term_us
 from labutils.model.ring import ring_bytes_per_rank
 

@@ -4,7 +4,7 @@ and the newest saved all_reduce sweep. Each answers (reading, "") or (None, why 
 starts a rank.
 
 The readers are called through the modules that define them (`topology.nvml_facts`,
-`sources.run_lspci`, `copies.peer_access_matrix`, `sweep.load_sweep`), so a test fakes each where it
+`sources.run_lspci`, `copies.peer_access_matrix`, `results.load_sweep`), so a test fakes each where it
 is defined. `labutils.doctor.doctor.run_doctor` calls `read_this_machine` when no topology file is given.
 """
 
@@ -14,9 +14,10 @@ import os
 
 import pynvml
 
+from labutils.core import results
 from labutils.doctor.cases import case_command
 from labutils.doctor.evidence import MachineFacts, Measurement, measurement_from_frame
-from labutils.measure import copies, sweep
+from labutils.measure import copies
 from labutils.readers import sources, topology
 from labutils.readers.pcie import PciDevice, parse_lspci
 from labutils.readers.topology import Topology, pcie_gen_of
@@ -76,7 +77,8 @@ def live_lspci() -> tuple[tuple[PciDevice, ...] | None, str]:
 def newest_sweep(prefer_nccl: bool = True) -> Measurement | None:
     """The newest saved all_reduce sweep (an NCCL one first when `prefer_nccl`), or None."""
 
-    found = (sweep.load_sweep("all_reduce", backend="nccl") if prefer_nccl else None) or sweep.load_sweep("all_reduce")
+    found = results.load_sweep("all_reduce", backend="nccl") if prefer_nccl else None
+    found = found or results.load_sweep("all_reduce")
     if found is None:
         return None
     meta = found.meta

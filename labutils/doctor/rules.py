@@ -11,7 +11,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from labutils.core.units import format_size
+from labutils.core.busbw import format_size
 from labutils.doctor.evidence import MachineFacts, Measurement, band_text
 from labutils.readers.links import LinkFigure, link_figure
 from labutils.readers.pcie import WIDTHS, PciDevice, bridges_above, pcie_band

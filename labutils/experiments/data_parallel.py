@@ -11,9 +11,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from labutils.core.busbw import format_size
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.core.progress import rank_progress
-from labutils.core.units import format_size
 from labutils.experiments.ddp_step import DDP_SECTIONS, StepConfig, contention_worker, ddp_timeline_worker, train_worker
 from labutils.measure.launch import launch, resolve_backend
 from labutils.measure.timeline import Timeline, record_timeline

@@ -18,8 +18,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from labutils.core.busbw import GBps
 from labutils.core.inputs import check_int
-from labutils.core.units import GBps
 from labutils.measure.timing import time_loop
 from labutils.readers.pcie import pcie_band
 from labutils.readers.topology import expected_figure, host_link, path_route

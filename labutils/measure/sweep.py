@@ -9,7 +9,7 @@ and broadcasts it (every rank must make the same calls), the timed loop (CUDA ev
 barrier + perf_counter on CPU, see labutils.measure.timing), the mean time over ranks and the slowest
 rank, and then a correctness check on freshly filled buffers: every element of the result is
 compared with the exact expected value and mismatches are summed over ranks (`#wrong`).
-The table nccl-tests prints is written and read back by labutils.readers.nccl_tests.
+The table nccl-tests prints is written by labutils.core.busbw and read back by labutils.readers.nccl_tests.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import platform
 import socket
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import pandas as pd
 import torch
@@ -32,13 +32,14 @@ from labutils.core.busbw import (
     SWEEP_EXTRA,
     canonical_dtype,
     element_bytes,
+    format_size,
     layout,
+    print_rows,
     sweep_sizes,
 )
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.core.progress import rank_progress
-from labutils.core.results import list_results, load_result, save_result
-from labutils.core.units import format_size
+from labutils.core.results import SweepResult, load_sweep, save_sweep
 from labutils.measure.harness import sweep_worker
 from labutils.measure.launch import (
     MAX_TIMEOUT_S,
@@ -56,7 +57,6 @@ from labutils.measure.launch import (
 from labutils.measure.my_link import load_link, save_link
 from labutils.measure.placement import check_local_ranks, machine_placement
 from labutils.model.fit import LinkFit, fit_alpha_beta
-from labutils.readers.nccl_tests import print_rows
 from labutils.readers.sources import run_nvidia_smi
 
 
@@ -66,27 +66,6 @@ class WrongResultError(RuntimeError):
     def __init__(self, message: str, result: "SweepResult"):
         super().__init__(message)
         self.result = result
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    """A finished sweep: `frame` (one row per op and size, COLUMNS + SWEEP_EXTRA) and `meta`."""
-
-    frame: pd.DataFrame
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def wrong(self) -> int:
-        return int(self.frame["wrong"].fillna(0).sum()) if len(self.frame) else 0
-
-    @property
-    def avg_busbw_GBps(self) -> float:
-        """nccl-tests' "Avg bus bandwidth": the plain mean of busbw over the rows."""
-        return float(self.frame["busbw_GBps"].mean()) if len(self.frame) else math.nan
-
-    @property
-    def peak_busbw_GBps(self) -> float:
-        return float(self.frame["busbw_GBps"].max()) if len(self.frame) else math.nan
 
 
 def _cpu_name() -> str:
@@ -292,26 +271,6 @@ def _sweep_result(plan: SweepPlan, rows: list[dict], wall_s: float) -> SweepResu
                       cpu_placement=machine_placement(plan.local).explanation, wall_s=round(wall_s, 3),
                       avg_busbw_GBps=float(frame["busbw_GBps"].mean()) if len(frame) else math.nan)
     return SweepResult(frame, meta)
-
-
-def save_sweep(result: SweepResult):
-    """Save a sweep as a result of kind "sweep" (CSV + JSON metadata, atomic, never overwriting)."""
-    return save_result("sweep", result.frame, result.meta)
-
-
-def load_sweep(op: str = "all_reduce", world_size: int | None = None, backend: str | None = None,
-               device: str | None = None) -> SweepResult | None:
-    """The newest saved sweep that measured `op` (and matches world size, backend and device
-    ("cpu" or "cuda") when given)."""
-    for path in reversed(list_results("sweep")):
-        record, frame = load_result(path)
-        meta = record.get("meta", {})
-        if frame is None or op not in set(frame["op"]):
-            continue
-        wanted = {"world_size": world_size, "backend": backend, "device": device}
-        if all(v is None or meta.get(k) == v for k, v in wanted.items()):
-            return SweepResult(frame[frame["op"] == op].reset_index(drop=True), meta)
-    return None
 
 
 def covers(frame: pd.DataFrame, min_bytes: float, max_bytes: float, slack: float = 2.0) -> bool:

@@ -40,8 +40,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from labutils.core.arrays import as_float_array, float_or_array, safe_divide
-from labutils.core.inputs import LabInputError, check_broadcast, check_range
+from labutils.core.inputs import (
+    LabInputError,
+    as_float_array,
+    check_broadcast,
+    check_range,
+    float_or_array,
+    safe_divide,
+)
 
 # The article's base case: 12 ms of divisible work, four 2 MB exchanges over 10 GB/s.
 BASE_CASE = {"S_ms": 0.8, "C_ms": 12.0, "eta": 0.8, "Q": 4, "latency_ms": 0.03,

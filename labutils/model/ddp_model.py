@@ -19,9 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from labutils.core.arrays import safe_divide
 from labutils.core.busbw import bus_factor, element_bytes
-from labutils.core.inputs import check_choice, check_int, check_range
+from labutils.core.inputs import check_choice, check_int, check_range, safe_divide
 from labutils.model.fit import CurvePrediction, allreduce_ms, interpolate_time_us
 
 FIRST_BUCKET_MB = 1.0  # DDP puts the last layers' gradients into a small first bucket (1 MiB)

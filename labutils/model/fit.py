@@ -21,10 +21,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from labutils.core.arrays import as_float_array, float_or_array
-from labutils.core.busbw import bus_factor
-from labutils.core.inputs import LabInputError, check_broadcast, check_range
-from labutils.core.units import format_size
+from labutils.core.busbw import bus_factor, format_size
+from labutils.core.inputs import LabInputError, as_float_array, check_broadcast, check_range, float_or_array
 
 # The source article's example: a 200 MB gradient (decimal MB) on a link with busbw ~22 GB/s.
 ARTICLE_GRADIENT_BYTES = 200e6

@@ -11,8 +11,7 @@ import math
 
 import numpy as np
 
-from labutils.core.arrays import as_float_array, float_or_array, safe_divide
-from labutils.core.inputs import check_range
+from labutils.core.inputs import as_float_array, check_range, float_or_array, safe_divide
 from labutils.model.budget import WIRE_DTYPES, check_devices, check_inputs, ring_factor, saved_fraction, wire_dtype_name
 
 

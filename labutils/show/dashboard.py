@@ -1,4 +1,4 @@
-"""One pattern for the lab's dashboards (`labutils.show.budget_dashboard`, `labutils.show.ddp_dashboard`):
+"""One pattern for the lab's dashboards (`labutils.show.budget_plots`, `labutils.show.ddp_plots`):
 controls -> pure compute -> the readout and the figure updated in place.
 
 A dashboard is a frozen dataclass over its widgets. `refresh`, observed on every control, reads

@@ -4,8 +4,8 @@ colours that read on light and dark themes. Arithmetic never lives here.
 Here: the look (`apply_style`, `new_figure`, `bytes_axis`, `PALETTE`) and the all-reduce figures of
 notebooks 02-04 (busbw against size, the alpha-beta fit, the latency terms). Each other chapter draws
 in its own module: `topology_plots` (01), `ring_draw` (03), `tp_plots` (05, 07), `budget_plots` (06),
-`ddp_plots` (08), `timeline_view` (07, 08), and the dashboards `budget_dashboard` (06) and
-`ddp_dashboard` (08) on the pattern of `dashboard`.
+`ddp_plots` (08), `timeline_view` (07, 08); `budget_plots` and `ddp_plots` hold their chapter's
+dashboard too, on the pattern of `dashboard`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from labutils.core.units import format_size
+from labutils.core.busbw import format_size
 
 # Colour-blind-safe palette (Okabe-Ito) that keeps contrast on white and on dark backgrounds.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#999999"]
