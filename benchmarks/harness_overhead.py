@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from labutils.core.busbw import bandwidths_GBps, layout, sweep_sizes  # noqa: E402
 from labutils.core.units import format_size  # noqa: E402
 from labutils.measure.harness import measure, warmup_iters  # noqa: E402
-from labutils.measure.launch import launch  # noqa: E402
+from labutils.measure.pool import launch  # noqa: E402
 from labutils.measure.sweep import run_sweep  # noqa: E402
 from labutils.measure.timing import across_ranks, barrier  # noqa: E402
 from labutils.model.fit import fit_alpha_beta  # noqa: E402
