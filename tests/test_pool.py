@@ -66,7 +66,9 @@ def test_the_shared_pool_is_kept_for_its_configuration_and_stopped_for_another()
     pool = shared_pool(2, "gloo", "cpu", threads_per_rank=1)
     try:
         assert shared_pool(2, "gloo", "cpu", threads_per_rank=1) is pool
-        pids = [r["pid"] for r in pool.run(ping_worker, timeout_s=120)]
+        solo = pool.run(solo_worker, timeout_s=120, ranks=1)  # starts both ranks; rank 1 waits for work
+        pids = [r["pid"] for r in pool.run(ping_worker, timeout_s=60)]
+        assert solo[0]["world_size"] == 1 and solo[0]["pid"] == pids[0] and pool.processes_started == 2
         other = shared_pool(1, "gloo", "cpu")
         assert other is not pool and not pool.running and not any(_alive(p) for p in pids)
         assert shared_pool(1, "gloo", "cpu") is other and other.processes_started == 0

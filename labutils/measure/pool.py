@@ -75,9 +75,13 @@ def _die_with_parent() -> None:
         pass
 
 
-def _rank_main(rank, nproc, port, backend, device, placement, deadline_unix, timeout_share, preflight, inbox, out_q,
-               parent_pid):
-    """One rank: join the group, run the preflight, then run the tasks of `inbox` until told to stop (None)."""
+def _rank_main(rank, nproc, port, backend, device, placement, deadline_unix, timeout_share, preflight, first_task,
+               inbox, out_q, parent_pid):
+    """One rank: join the group, run the preflight, run `first_task` (the call that started the pool; None
+    for an idle rank), then the tasks of `inbox` until told to stop (None).
+
+    The first task travels with the process's arguments: it is unpickled (its modules imported) while
+    the process starts, before the collectives' time is counted, as every later task's modules are."""
     _die_with_parent()
     if os.getppid() != parent_pid:  # parent died before prctl took effect
         os._exit(1)
@@ -101,14 +105,16 @@ def _rank_main(rank, nproc, port, backend, device, placement, deadline_unix, tim
             stage("ready")
         pin_rank(placement, rank)  # after init: see labutils.measure.placement on gloo's threads
         out_q.put(("started", rank, os.getpid()))
-        while (task := inbox.get()) is not None:
-            worker, args, kwargs, ranks = pickle.loads(task)
+        task = first_task if first_task is not None else _next_task(inbox)
+        while task is not None:
+            worker, args, kwargs, ranks = task
             if ranks == 1 and nproc > 1:
                 with solo():
                     result = worker(replace(ctx, world_size=1), *args, **kwargs)
             else:
                 result = worker(ctx, *args, **kwargs)
             out_q.put(("result", rank, result))
+            task = _next_task(inbox)
         status = 0
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
         # Report before tearing the group down: peers then see a closed connection *after* this.
@@ -120,6 +126,12 @@ def _rank_main(rank, nproc, port, backend, device, placement, deadline_unix, tim
         os._exit(status)
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def _next_task(inbox):
+    """Wait for the next task: (worker, args, kwargs, ranks), or None to stop."""
+    raw = inbox.get()
+    return None if raw is None else pickle.loads(raw)
 
 
 def _stop_all(procs) -> None:
@@ -209,15 +221,17 @@ class RankPool:
         ranks = self.nproc if ranks is None else check_int("ranks", ranks, low=1, high=self.nproc)
         if ranks not in (1, self.nproc):
             raise LabInputError(f"ranks={ranks} must be 1 (rank 0 alone) or the pool's {self.nproc}")
-        task = bytes(ForkingPickler.dumps((worker, tuple(args), dict(kwargs or {}), ranks)))  # fails here, not later
+        task = (worker, tuple(args), dict(kwargs or {}), ranks)
+        raw = bytes(ForkingPickler.dumps(task))  # an unpicklable task fails here, not in a rank
         deadline = time.monotonic() + timeout_s
         done = False
         try:
-            if not self.running:
+            if self.running:
+                for inbox in self._inboxes[:ranks]:
+                    inbox.put(raw)
+            else:
                 self.stop()
-                self._start(deadline, timeout_s, on_report)
-            for inbox in self._inboxes[:ranks]:
-                inbox.put(task)
+                self._start(deadline, timeout_s, on_report, task)
             results = self._wait("result", ranks, deadline, timeout_s, on_report)
             done = True
             return [results[r] for r in range(ranks)]
@@ -247,7 +261,7 @@ class RankPool:
         self._procs, self._inboxes, self._out_q = [], [], None
         _LIVE.discard(self)
 
-    def _start(self, deadline: float, timeout_s: float, on_report) -> None:
+    def _start(self, deadline: float, timeout_s: float, on_report, task: tuple) -> None:
         ctx = mp.get_context("spawn")
         self._out_q = ctx.Queue()
         self._inboxes = [ctx.Queue() for _ in range(self.nproc)]
@@ -255,8 +269,8 @@ class RankPool:
         deadline_unix = time.time() + (deadline - time.monotonic())
         self._procs = [ctx.Process(target=_rank_main, name=f"lab-rank{r}", daemon=True,
                                    args=(r, self.nproc, port, self.backend, self.device, self.placement, deadline_unix,
-                                         self.group_timeout_share, self.preflight, self._inboxes[r], self._out_q,
-                                         os.getpid()))
+                                         self.group_timeout_share, self.preflight, task if r < task[3] else None,
+                                         self._inboxes[r], self._out_q, os.getpid()))
                        for r in range(self.nproc)]
         _LIVE.add(self)
         for r, p in enumerate(self._procs):
