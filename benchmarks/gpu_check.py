@@ -285,7 +285,8 @@ def step_tests(args) -> dict:
 def step_nccl(args) -> dict:
     """2. NCCL with one rank on the GPU (gloo with one CPU rank for --device cpu): a ping, then a
     short sweep whose elements must all be right."""
-    from labutils.measure.launch import launch, ping_worker
+    from labutils.measure.launch import ping_worker
+    from labutils.measure.pool import launch
     from labutils.measure.sweep import run_sweep
 
     backend = "nccl" if args.device == "cuda" else "gloo"

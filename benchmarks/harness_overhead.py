@@ -26,7 +26,7 @@ from labutils.core.busbw import (  # noqa: E402
     sweep_sizes,
 )
 from labutils.measure.harness import measure, warmup_iters  # noqa: E402
-from labutils.measure.launch import launch  # noqa: E402
+from labutils.measure.pool import launch  # noqa: E402
 from labutils.measure.sweep import run_sweep  # noqa: E402
 from labutils.measure.timing import across_ranks, barrier  # noqa: E402
 from labutils.model.fit import fit_alpha_beta  # noqa: E402

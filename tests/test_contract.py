@@ -68,11 +68,12 @@ def _fail(*args, **kwargs):
 @pytest.fixture
 def nothing_starts(monkeypatch, tmp_path):
     """Every way of starting a rank, a process or writing a result fails the test."""
-    for module in ("labutils.measure.launch", "labutils.measure.sweep", "labutils.experiments.megatron",
+    for module in ("labutils.measure.pool", "labutils.measure.sweep", "labutils.experiments.megatron",
                    "labutils.experiments.tensor_parallel"):
         mod = sys.modules.get(module) or __import__(module, fromlist=["x"])
-        if hasattr(mod, "launch"):
-            monkeypatch.setattr(mod, "launch", _fail)
+        for name in ("launch", "shared_pool"):
+            if hasattr(mod, name):
+                monkeypatch.setattr(mod, name, _fail)
     monkeypatch.setattr(labutils.measure.launch, "run_this_rank", _fail)
     monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", _fail)
     monkeypatch.setattr(subprocess, "Popen", _fail)

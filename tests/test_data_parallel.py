@@ -13,7 +13,7 @@ from labutils.core.inputs import LabInputError
 from labutils.course import machine
 from labutils.experiments import data_parallel, ddp_step
 from labutils.experiments import split_timing as st
-from labutils.measure.launch import launch
+from labutils.measure.pool import launch
 from labutils.model import ddp_model
 from labutils.model.fit import allreduce_ms
 

@@ -11,12 +11,12 @@ from labutils.core.inputs import LabInputError
 from labutils.measure.launch import (
     RankError,
     barrier_kwargs,
-    launch,
     ping_worker,
     rank_plan,
     ranks_per_gpu,
     resolve_backend,
 )
+from labutils.measure.pool import launch
 
 NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -49,9 +49,15 @@ def test_parameters_cell_is_literals_with_quick(path):
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
-def test_notebook_executes_in_quick_mode(path, tmp_path, results_tmp):
+def test_notebook_executes_in_quick_mode(path, tmp_path, results_tmp, monkeypatch):
     from labutils.course.runner import execute_notebook
 
+    rank_log = tmp_path / "ranks.log"  # the kernel's rank pool writes a line per rank process it starts
+    monkeypatch.setenv("LAB_RANK_LOG", str(rank_log))
     outcome = execute_notebook(path, tmp_path, parameters={"quick": True}, results_dir=results_tmp)
     assert outcome.ok, f"{path.name} failed in cell {outcome.failed_cell}: {outcome.error}"
     assert outcome.html_path.exists()
+    started = rank_log.read_text().splitlines() if rank_log.exists() else []
+    ranks = max((int(line.split()[3]) for line in started), default=0)  # "<pid> rank <r> of <n> ..."
+    assert len(started) <= 2 * ranks, f"{path.name}: the kernel started {len(started)} rank processes " \
+                                      f"for {ranks} ranks (at most {2 * ranks}, restarts included)"

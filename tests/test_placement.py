@@ -189,7 +189,7 @@ def test_local_ranks_are_bounded_by_the_cores(cores, limit, oversubscribed, tmp_
 
 @pytest.mark.distributed
 def test_spawned_ranks_get_their_planned_cpus_and_threads():
-    from labutils.measure.launch import launch
+    from labutils.measure.pool import launch
 
     plan = machine_placement(2)
     layout = lab_cpus.cpu_layout()
@@ -210,7 +210,7 @@ def test_spawned_ranks_get_their_planned_cpus_and_threads():
 
 @pytest.mark.distributed
 def test_pinning_off_and_the_baseline_placed_like_rank_0(monkeypatch):
-    from labutils.measure.launch import launch
+    from labutils.measure.pool import launch
 
     everything = sorted(os.sched_getaffinity(0))
     baseline = launch(affinity_worker, 1, like_ranks=2, timeout_s=60)[0]

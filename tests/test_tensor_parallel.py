@@ -144,7 +144,7 @@ def test_block_step_on_one_process_is_the_whole_block():
 @pytest.mark.distributed
 def test_toy_on_four_ranks_is_exact():
     """One hidden column per rank; ranks 0+1 hold device 1's half of the article, 2+3 device 2's."""
-    from labutils.measure.launch import launch
+    from labutils.measure.pool import launch
 
     out = launch(tp.toy_worker, 4, timeout_s=90)
     parts = [np.array(r["contribution"]) for r in out]

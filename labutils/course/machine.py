@@ -16,12 +16,12 @@ from labutils.measure.launch import (
     RankError,
     cuda_device_count,
     gpu_names,
-    launch,
     ping_worker,
     ranks_per_gpu,
     resolve_backend,
 )
 from labutils.measure.placement import machine_placement
+from labutils.measure.pool import launch
 from labutils.readers.cpus import NumaNode, cpu_layout
 
 

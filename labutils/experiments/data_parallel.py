@@ -15,7 +15,8 @@ from labutils.core.busbw import format_size
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.core.progress import rank_progress
 from labutils.experiments.ddp_step import DDP_SECTIONS, StepConfig, contention_worker, ddp_timeline_worker, train_worker
-from labutils.measure.launch import launch, resolve_backend
+from labutils.measure.launch import resolve_backend
+from labutils.measure.pool import shared_pool
 from labutils.measure.timeline import Timeline, record_timeline
 from labutils.model.ddp_model import (
     DEFAULT_BUCKET_MB,
@@ -47,20 +48,21 @@ def measure_ddp_steps(configs: list[StepConfig], nproc: int, backend: str = "aut
 
 
 def _launch(configs, nproc, backend, device, timeout_s, progress, ddp_reference=True, interleave=True,
-            contention: dict | None = None) -> tuple[pd.DataFrame, dict | None]:
-    """One launch of `configs` (and, when `contention` gives its model, the contention probe after
-    them): (steps frame, probe result or None)."""
+            contention: dict | None = None, ranks: int | None = None) -> tuple[pd.DataFrame, dict | None]:
+    """One run of `configs` on the kernel's `nproc`-rank pool (`pool.shared_pool`; `ranks=1`: on its
+    rank 0 alone, with rank 0's cores and threads) and, when `contention` gives its model, the
+    contention probe after them: (steps frame, probe result or None)."""
 
     nproc = check_int("nproc", nproc, low=1)
     if not configs:
         raise LabInputError("configs is empty: give at least one StepConfig")
     choice = resolve_backend(backend, device, nproc)
-    with rank_progress(max(c.steps for c in configs), f"{nproc} rank(s), {choice.backend}/{choice.device}",
+    pool = shared_pool(nproc, choice.backend, choice.device, THREADS_PER_RANK)
+    with rank_progress(max(c.steps for c in configs), f"{ranks or nproc} rank(s), {choice.backend}/{choice.device}",
                        progress, unit="step") as on_report:
-        results = launch(_run_worker, nproc, args=(list(configs),),
-                         kwargs={"ddp_reference": ddp_reference, "interleave": interleave, "contention": contention},
-                         backend=choice.backend, device=choice.device, timeout_s=timeout_s,
-                         threads_per_rank=THREADS_PER_RANK, on_report=on_report)
+        results = pool.run(_run_worker, args=(list(configs),),
+                           kwargs={"ddp_reference": ddp_reference, "interleave": interleave, "contention": contention},
+                           timeout_s=timeout_s, on_report=on_report, ranks=ranks)
     return pd.DataFrame(results[0]["rows"]), results[0]["contention"]
 
 
@@ -148,8 +150,9 @@ def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: 
                        timeout_s: float = 600.0, progress: bool = True, contention: bool = True) -> DataParallelRun:
     """Measure each model (one per width) every way; the summary, one row per run (ms).
 
-    One launch of 1 rank: each model at the per-rank batch b (weak-scaling baseline) and at the
-    global batch N b (strong-scaling baseline). One launch of N ranks at b per rank: DDP with the
+    On rank 0 of the N-rank pool alone (`ranks=1`: rank 0's cores and threads): each model at the
+    per-rank batch b (weak-scaling baseline) and at the global batch N b (strong-scaling baseline).
+    Then on all N ranks of the same pool at b per rank: DDP with the
     default 25 MiB buckets and the no-overlap variant for each model, then DDP at each of
     `bucket_caps_mb` for the model of `bucket_width` (default: the widest; a cap whose buckets equal
     the default's or an earlier cap's is measured once, `ddp_model.distinct_bucket_caps`), then
@@ -165,7 +168,7 @@ def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: 
     base = replace(many[0], width=bucket_width, mode="ddp")
     many += [replace(base, bucket_cap_mb=c) for c in distinct_bucket_caps(bucket_width, depth, bucket_caps_mb)]
     probe = {"width": max(widths), "depth": depth, "batch_per_rank": batch_per_rank} if contention else None
-    one = summarize(measure_ddp_steps(singles, 1, backend, device, timeout_s, progress))
+    one = summarize(_launch(singles, nproc, backend, device, timeout_s, progress, ranks=1)[0])
     steps_n, found = _launch(many, nproc, backend, device, timeout_s, progress, contention=probe)
     n = summarize(steps_n)
     n["run"] += len(one)
@@ -282,7 +285,8 @@ def time_breakdown(summary: pd.DataFrame) -> pd.DataFrame:
 def record_ddp_step(width: int = 256, depth: int = 4, batch_per_rank: int = 32, bucket_cap_mb: float = 1.0,
                     nproc: int = 2, backend: str = "gloo", device: str = "cpu", warmup: int = 2,
                     timeout_s: float = 120.0) -> Timeline:
-    """Record one DDP training step on `nproc` ranks (see ddp_step.ddp_timeline_worker)."""
+    """Record one DDP training step on `nproc` ranks (see ddp_step.ddp_timeline_worker), with
+    `THREADS_PER_RANK` threads as the measured steps: the same pool as `scaling_experiment`'s."""
     check_int("width", width, low=1, high=65536)
     check_int("depth", depth, low=1, high=64)
     check_int("batch_per_rank", batch_per_rank, low=1)
@@ -291,4 +295,5 @@ def record_ddp_step(width: int = 256, depth: int = 4, batch_per_rank: int = 32, 
               "warmup": warmup}
     return record_timeline(ddp_timeline_worker, nproc, kwargs, backend, device, timeout_s,
                    f"one DDP step, width {width}, depth {depth}, {batch_per_rank} rows per rank, "
-                   f"{bucket_cap_mb:g} MiB buckets, {nproc} ranks ({backend} on {device})")
+                   f"{bucket_cap_mb:g} MiB buckets, {nproc} ranks ({backend} on {device})",
+                   threads_per_rank=THREADS_PER_RANK)  # the measured steps' threads, and their pool

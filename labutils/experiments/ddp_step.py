@@ -37,7 +37,7 @@ from torch.profiler import record_function
 
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.measure.timeline import profile_step
-from labutils.measure.timing import SectionTimer, agree_iters, barrier, line_up, synchronize, time_loop
+from labutils.measure.timing import SectionTimer, agree_iters, barrier, group_size, line_up, synchronize, time_loop
 from labutils.model.ddp_model import mlp_gradient_bytes, mlp_param_count
 
 DDP_MODES = ("single", "ddp", "no_overlap")
@@ -221,9 +221,10 @@ def _mean_over_ranks(rows: list[dict], device: str) -> list[dict]:
     dev = device if device.startswith("cuda") else "cpu"
     t = torch.tensor([[r[k] for k in keys] for r in rows], dtype=torch.float64, device=dev)
     steps = t[:, keys.index("step_ms")].clone()
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    dist.all_reduce(steps, op=dist.ReduceOp.MAX)
-    t = (t / dist.get_world_size()).cpu().numpy()
+    if group_size() > 1:  # a solo task (rank 0 alone in an N-rank pool) has nothing to reduce
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        dist.all_reduce(steps, op=dist.ReduceOp.MAX)
+    t = (t / group_size()).cpu().numpy()
     out = [dict(zip(keys, map(float, vals))) for vals in t]
     for row, slowest in zip(out, steps.cpu().tolist()):
         row["step_max_ms"] = float(slowest)

@@ -18,7 +18,8 @@ from labutils.core.busbw import bandwidths_GBps, canonical_dtype, element_bytes,
 from labutils.core.inputs import check_int, check_range
 from labutils.measure.buffers import expected, fill
 from labutils.measure.harness import warmup_iters
-from labutils.measure.launch import default_threads, launch
+from labutils.measure.launch import default_threads
+from labutils.measure.pool import shared_pool
 from labutils.measure.timing import across_ranks, agree_iters, time_loop
 
 # --- 4. the real thing ---------------------------------------------------------------------------
@@ -121,9 +122,9 @@ def run_hand_ring(sizes=(4096, 262144, 4 << 20), nproc: int = 4, dtype: str = "f
     sizes = [check_int("size_bytes", int(s), low=1) for s in sizes]
     check_range("budget_ms", budget_ms, low=0, low_open=True, unit="ms")
     timeout_s = timeout_s or 60.0 + len(sizes) * (4 * budget_ms / 1e3 + 5.0)
-    rows = launch(ring_worker, nproc, kwargs={"sizes": sizes, "dtype": dtype, "budget_ms": budget_ms,
-                                              "time_it": time_it},
-                  backend=backend, device=device, timeout_s=timeout_s, threads_per_rank=default_threads(nproc))[0]
+    pool = shared_pool(nproc, backend, device, threads_per_rank=default_threads(nproc))
+    rows = pool.run(ring_worker, kwargs={"sizes": sizes, "dtype": dtype, "budget_ms": budget_ms, "time_it": time_it},
+                    timeout_s=timeout_s)[0]
     frame = pd.DataFrame(rows)
     if time_it and len(frame):
         frame["ratio"] = frame["hand_ring_us"] / frame["all_reduce_us"]

@@ -17,7 +17,8 @@ Reading order:
 5. workers that run forward AND backward on ranks and compare the input gradient and every
    weight gradient with the whole (unsplit) block, within labutils.experiments.tensor_parallel.tolerance.
 
-Workers (functions a spawned rank runs) live here and are started with `labutils.measure.launch.launch`;
+Workers (functions a spawned rank runs) live here and are run by the kernel's rank pool
+(`labutils.measure.pool.shared_pool`);
 every rank makes the same collective calls in the same order.
 """
 
@@ -50,8 +51,9 @@ from labutils.experiments.tensor_parallel import (
     tolerance,
 )
 from labutils.measure.buffers import torch_dtype
-from labutils.measure.launch import MAX_TIMEOUT_S, free_memory_bytes, launch, resolve_backend
+from labutils.measure.launch import MAX_TIMEOUT_S, free_memory_bytes, resolve_backend
 from labutils.measure.placement import check_local_ranks
+from labutils.measure.pool import shared_pool
 
 # --- 1. f and g -------------------------------------------------------------------------------------
 
@@ -271,10 +273,9 @@ def run_backward_check(nproc: int = 2, size=(8, 64), dtypes=("float32",), seed: 
     for d in dtypes:
         check_choice("dtypes", d, LAYER_DTYPES)
     split_columns(as_size(size).ffn, nproc, "nproc")  # refuse here, not in every rank
-    per_rank = launch(backward_check_worker, nproc,
-                      kwargs={"size": astuple(as_size(size)), "seed": seed, "dtypes": dtypes, "activation": activation,
-                              "use_f": bool(use_f)},
-                      backend=backend, device=device, timeout_s=timeout_s)
+    per_rank = shared_pool(nproc, backend, device).run(
+        backward_check_worker, kwargs={"size": astuple(as_size(size)), "seed": seed, "dtypes": dtypes,
+                                       "activation": activation, "use_f": bool(use_f)}, timeout_s=timeout_s)
     frame = pd.DataFrame([row for rows in per_rank for row in rows])
     order = {name: i for i, name in enumerate(("out", *(f"d{t}" for t in MLP_TENSORS)))}
     return frame.sort_values(["dtype", "tensor", "rank"], key=lambda s: s.map(order) if s.name == "tensor" else s,
@@ -320,8 +321,8 @@ def run_layer_step(nproc: int = 2, size=(8, 64), heads: int = 4, seed: int = 0, 
         raise LabInputError(f"heads={heads} must divide hidden={size.hidden}")
     split_columns(heads, nproc, "nproc")
     split_columns(size.ffn, nproc, "nproc")
-    return launch(layer_step_worker, nproc, kwargs={"size": astuple(size), "heads": heads, "seed": seed},
-                  backend=backend, device=device, timeout_s=timeout_s)
+    return shared_pool(nproc, backend, device).run(
+        layer_step_worker, kwargs={"size": astuple(size), "heads": heads, "seed": seed}, timeout_s=timeout_s)
 
 
 def backward_report(frame: pd.DataFrame) -> str:

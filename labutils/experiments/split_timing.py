@@ -41,7 +41,7 @@ from labutils.experiments.tensor_parallel import (
     timed_step,
     tp_block_step,
 )
-from labutils.measure.launch import launch
+from labutils.measure.pool import shared_pool
 from labutils.measure.timeline import Timeline, profile_step, record_timeline
 from labutils.measure.timing import SectionTimer, agree_iters, barrier, line_up
 from labutils.model.toy_split import split_columns
@@ -233,8 +233,8 @@ def time_layers(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str
               "max_reps": 100 if quick else 400, "target_ms": 300.0 if quick else 2000.0}
     with rank_progress(len(sizes), f"{'+'.join(modes)} on {nproc} rank(s)", progress, unit="size",
                        leave=True) as on_report:
-        per_rank = launch(time_layers_worker, nproc, kwargs=kwargs, backend=backend, device=device,
-                          timeout_s=timeout_s, threads_per_rank=threads_per_rank, on_report=on_report)
+        per_rank = shared_pool(nproc, backend, device, threads_per_rank).run(
+            time_layers_worker, kwargs=kwargs, timeout_s=timeout_s, on_report=on_report)
     return pd.DataFrame([row for rows in per_rank for row in rows])
 
 

@@ -15,7 +15,8 @@ Reading order:
 Timing the split on ranks is labutils.experiments.split_timing; holding the two-device budget against
 it, labutils.experiments.validation.
 
-Workers (functions a spawned rank runs) live here and are started with `labutils.measure.launch.launch`.
+Workers (functions a spawned rank runs) live here and are run by the kernel's rank pool
+(`labutils.measure.pool.shared_pool`).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ import torch.nn.functional as F
 from labutils.core.busbw import element_bytes
 from labutils.core.inputs import LabInputError, check_choice, check_int
 from labutils.measure.buffers import torch_dtype
-from labutils.measure.launch import launch
-from labutils.measure.timing import SectionTimer
+from labutils.measure.pool import shared_pool
+from labutils.measure.timing import SectionTimer, group_size
 from labutils.model.toy_split import TOY_A, TOY_B, TOY_X, split_columns, toy_split
 
 # --- 1. the toy split on real ranks (the arithmetic: labutils.model.toy_split) --------------------
@@ -165,7 +166,8 @@ def summed_partials(x, weights: MLPWeights, shards: int, activation: str = "relu
 
 
 def dist_world_size() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    """The ranks taking part (`timing.group_size`: 1 without a group or in a solo task)."""
+    return group_size()
 
 
 def dist_all_reduce(t, async_op: bool = False):
@@ -271,9 +273,9 @@ def run_tp_check(nproc: int = 2, size=(8, 64), dtypes=("float32",), seed: int = 
     """Launch `tp_check_worker` on `nproc` ranks; one row per (dtype, rank)."""
     dtypes = (dtypes,) if isinstance(dtypes, str) else tuple(dtypes)
     split_columns(as_size(size).ffn, nproc, "nproc")  # refuse here, not in every rank
-    per_rank = launch(tp_check_worker, nproc, kwargs={"size": astuple(as_size(size)), "seed": seed, "dtypes": dtypes,
-                                                      "activation": activation},
-                      backend=backend, device=device, timeout_s=timeout_s)
+    per_rank = shared_pool(nproc, backend, device).run(
+        tp_check_worker, kwargs={"size": astuple(as_size(size)), "seed": seed, "dtypes": dtypes,
+                                 "activation": activation}, timeout_s=timeout_s)
     return pd.DataFrame([row for rows in per_rank for row in rows]).sort_values(["dtype", "rank"], ignore_index=True)
 
 

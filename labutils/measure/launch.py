@@ -1,10 +1,12 @@
-"""Starting N ranks: spawned local processes (notebook, CLI) or one rank under torchrun.
+"""The rank side of a job: backend and device, each rank's plan, joining the group, the preflight,
+and one rank under torchrun. Spawned local ranks are started by labutils.measure.pool (`launch`,
+`RankPool`, `shared_pool`), which runs these pieces in every rank.
 
 The same worker runs either way. A worker is a plain function defined in `labutils`,
 `worker(ctx: RankContext, *args, **kwargs) -> picklable result`, that calls torch.distributed
 collectives; every rank must make the same calls in the same order.
 
-`launch()` guarantees a bounded run: a rank that raises, crashes or hangs ends the whole run
+`pool.launch()` and `RankPool.run()` guarantee a bounded run: a rank that raises, crashes or hangs ends the whole run
 with an error naming the rank, and no child process outlives it (also on Ctrl-C). On NCCL every
 rank first makes one small all-reduce (`preflight_all_reduce`) that must finish within
 `PREFLIGHT_TIMEOUT_S`: a link that hangs (NCCL's peer-to-peer path, on some machines) then costs
@@ -18,17 +20,12 @@ lives, and CUDA in the launcher is what a forked child cannot inherit.
 
 from __future__ import annotations
 
-import ctypes
 import datetime as _dt
 import inspect
-import multiprocessing as mp
 import os
-import queue as _queue
-import signal
 import socket
-import time
-import traceback
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from labutils.core.inputs import LabInputError, check_choice, check_int
-from labutils.measure.placement import check_local_ranks, machine_placement, pin_rank, set_rank_threads
+from labutils.measure.placement import machine_placement, pin_rank, set_rank_threads
 from labutils.readers.nvml import GpuFacts, nvml_facts
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -231,15 +228,6 @@ def default_threads(nproc: int) -> int:
     return machine_placement(nproc).threads_per_rank
 
 
-def _die_with_parent() -> None:
-    """Linux: ask the kernel to SIGKILL this process when its parent dies."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:  # pragma: no cover - not Linux
-        pass
-
-
 def group_kwargs(plan: RankPlan) -> dict:
     """Extra arguments of `dist.init_process_group` for a rank: NCCL's `device_id` (the rank's
     GPU, so the group is bound to it and NCCL sets up its communicator there, at once) where the
@@ -265,6 +253,30 @@ def init_rank(backend: str, device: str, rank: int, world_size: int, local_rank:
     dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size,
                             timeout=_dt.timedelta(seconds=timeout_s), **group_kwargs(plan))
     return RankContext(rank, world_size, local_rank, backend, plan.device, channel)
+
+
+_solo = False  # True while a rank pool runs a task on rank 0 alone (labutils.measure.pool, ranks=1)
+
+
+def group_size() -> int:
+    """The ranks taking part in this rank's current work: 1 without a process group or during a
+    solo task (`solo()`: rank 0 of an N-rank group working alone), else the group's size. Every
+    collective helper (labutils.measure.timing and the workers) asks this, so a solo task never
+    calls into the N-rank group."""
+    if _solo or not (dist.is_available() and dist.is_initialized()):
+        return 1
+    return dist.get_world_size()
+
+
+@contextmanager
+def solo():
+    """Within: this rank works alone (`group_size()` is 1), whatever the size of its process group."""
+    global _solo
+    before, _solo = _solo, True
+    try:
+        yield
+    finally:
+        _solo = before
 
 
 def preflight_all_reduce(ctx: RankContext, stage: Callable[[str], None]) -> None:
@@ -296,214 +308,6 @@ def preflight_for(backend: str, preflight) -> Callable | None:
     if callable(preflight):
         return preflight
     raise LabInputError(f"preflight={preflight!r} must be None, True, False or a function (ctx, stage)")
-
-
-def _child(rank, nproc, port, backend, device, placement, deadline_unix, preflight, worker, args, kwargs, out_q,
-           parent_pid):
-    _die_with_parent()
-    if os.getppid() != parent_pid:  # parent died before prctl took effect
-        os._exit(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides; Ctrl-C reaches it first
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(nproc))
-    try:
-        set_rank_threads(placement)
-        # Collectives give up at 80% of the time left, counted after start-up (slow on a busy
-        # machine): the peers of a hung rank then report before the launcher's deadline.
-        timeout_s = max(1.0, 0.8 * (deadline_unix - time.time()))
-
-        def stage(name: str) -> None:
-            out_q.put(("stage", rank, name))
-        stage("joining")
-        ctx = init_rank(backend, device, rank, nproc, rank, timeout_s,
-                        channel=lambda payload: out_q.put(("report", rank, payload)))
-        if preflight is not None:
-            stage("preflight")
-            preflight(ctx, stage)
-            stage("ready")
-        pin_rank(placement, rank)  # after init: see labutils.measure.placement on gloo's threads
-        out_q.put(("result", rank, worker(ctx, *args, **kwargs)))
-        status = 0
-    except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
-        # Report before tearing the group down: peers then see a closed connection *after* this.
-        out_q.put(("error", rank, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
-        status = 1
-    out_q.close()
-    out_q.join_thread()
-    if status:
-        os._exit(status)
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def _stop_all(procs) -> None:
-    procs = [p for p in procs if p.pid is not None]  # a failed start leaves some never started
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-    deadline = time.monotonic() + 3
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join(2)
-
-
-def launch(worker: Callable, nproc: int, *, args: tuple = (), kwargs: dict | None = None,
-           backend: str = "gloo", device: str = "cpu", timeout_s: float = 300.0,
-           threads_per_rank: int | None = None, like_ranks: int | None = None,
-           on_report: Callable[[int, Any], None] | None = None, oversubscribe: bool | None = None,
-           preflight=None, preflight_timeout_s: float = PREFLIGHT_TIMEOUT_S) -> list:
-    """Run `worker(ctx, *args, **kwargs)` on `nproc` local ranks; return the results by rank.
-
-    `nproc` is bounded by what the machine holds (`placement.check_local_ranks`: two ranks per
-    core, at least 8; `oversubscribe=True` or LAB_OVERSUBSCRIBE=1 allows 16 per core), checked
-    before any process starts.
-
-    Ranks rendezvous on 127.0.0.1 at a free port. `timeout_s` bounds the whole run (and each
-    collective). Raises RankError naming the rank that raised, crashed or hung; every child
-    process is stopped before this function returns or raises, Ctrl-C included.
-
-    CPU placement (labutils.measure.placement.machine_placement): every rank gets a set of cores of its
-    own and one torch thread per core, `threads_per_rank` of them when given. `like_ranks=N`
-    plans as for N ranks and runs the first `nproc` of them: a one-rank baseline then gets the
-    same CPUs and threads as rank 0 of the N-rank run it is compared with. On CUDA a rank's cores
-    come from its GPU's NUMA node when NVML or sysfs says which (`gpu_numa_nodes`).
-
-    Preflight (`preflight_for`: on by default for NCCL, off for gloo): every rank makes one small
-    all-reduce first; when it has not finished on every rank `preflight_timeout_s` after the
-    last rank started joining the group (NCCL sets up its communicator there), the run stops
-    with a RankError naming the rank(s) that stalled before it, or, when all were waiting in it,
-    saying that the link hangs.
-    """
-    nproc = check_local_ranks(nproc, oversubscribe=oversubscribe)
-    for name, value in (("timeout_s", timeout_s), ("preflight_timeout_s", preflight_timeout_s)):
-        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < MAX_TIMEOUT_S):
-            raise LabInputError(f"{name}={value!r} is outside the allowed range (0, {MAX_TIMEOUT_S:g}) s")
-    preflight = preflight_for(backend, preflight)
-    plan_ranks = nproc if like_ranks is None else check_int("like_ranks", like_ranks, low=nproc)
-    gpu_nodes = gpu_numa_nodes(plan_ranks) if device == "cuda" else ()
-    placement = machine_placement(plan_ranks, threads_per_rank, gpu_nodes=gpu_nodes)
-    deadline_unix = time.time() + timeout_s
-    ctx = mp.get_context("spawn")
-    out_q = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_child, name=f"lab-rank{r}", daemon=True,
-                         args=(r, nproc, port, backend, device, placement, deadline_unix, preflight, worker,
-                               args, kwargs or {}, out_q, os.getpid()))
-             for r in range(nproc)]
-    results: dict[int, Any] = {}
-    errors: dict[int, str] = {}
-    stages: dict[int, set[str]] = {r: set() for r in range(nproc)}
-    deadline = time.monotonic() + timeout_s
-    preflight_deadline = None  # set when the last rank starts joining the group (start-up is not timed)
-    try:
-        for p in procs:
-            p.start()
-        while len(results) < nproc:
-            if (preflight is not None and preflight_deadline is not None and time.monotonic() > preflight_deadline
-                    and not all("ready" in s for s in stages.values())):
-                _collect_errors(out_q, errors, results, on_report, wait_s=0.2)
-                raise (_blame(procs, results, errors, timeout_s) if errors
-                       else _preflight_error(stages, preflight_timeout_s))
-            try:
-                kind, rank, payload = out_q.get(timeout=0.05)
-            except _queue.Empty:
-                died = [r for r, p in enumerate(procs) if r not in results and p.exitcode not in (None, 0)]
-                if died or time.monotonic() > deadline:
-                    _collect_errors(out_q, errors, results, on_report, wait_s=0.5)
-                    raise _blame(procs, results, errors, timeout_s) from None
-                continue
-            if kind == "stage":
-                stages[rank].add(payload)
-                if preflight_deadline is None and all(stages.values()):
-                    preflight_deadline = time.monotonic() + preflight_timeout_s
-            elif kind == "report":
-                if on_report is not None:
-                    on_report(rank, payload)
-            elif kind == "result":
-                results[rank] = payload
-            else:
-                errors[rank] = payload
-                _collect_errors(out_q, errors, results, on_report, wait_s=1.0)
-                raise _blame(procs, results, errors, timeout_s)
-        return [results[r] for r in range(nproc)]
-    finally:
-        _stop_all(procs)
-        out_q.close()
-        out_q.cancel_join_thread()
-
-
-def _preflight_error(stages: dict[int, set[str]], timeout_s: float) -> RankError:
-    """Name the rank(s) that stalled in the preflight: those that never reached its all-reduce
-    (their peers waited in it for them); when every late rank was in it, the link hangs."""
-    late = [r for r, s in sorted(stages.items()) if "ready" not in s]
-    stalled = [r for r in late if "all_reduce" not in stages[r]]
-    waiting = [r for r in late if r not in stalled]
-    if stalled:
-        where = {r: "before the preflight all-reduce" if "preflight" in stages[r] else "joining the process group"
-                 for r in stalled}
-        said = "; ".join(f"rank {r} stalled {w}" for r, w in where.items())
-        peers = f" (rank(s) {', '.join(map(str, waiting))} waited in the all-reduce)" if waiting else ""
-        return RankError(f"preflight did not finish within {timeout_s:g} s: {said}{peers}; all ranks were stopped",
-                         rank=stalled[0] if len(stalled) == 1 else None)
-    ranks = ", ".join(map(str, late))
-    return RankError(f"preflight did not finish within {timeout_s:g} s: rank(s) {ranks} entered one small all-reduce "
-                     "and it never completed, so the link between the GPUs hangs (on NCCL often its peer-to-peer "
-                     "path: rerun with NCCL_P2P_DISABLE=1, and NCCL_DEBUG=INFO shows the path); all ranks were stopped",
-                     rank=late[0] if len(late) == 1 else None)
-
-
-def _collect_errors(out_q, errors: dict, results: dict, on_report, wait_s: float) -> None:
-    """Gather the messages still in flight for up to `wait_s` seconds."""
-    end = time.monotonic() + wait_s
-    while time.monotonic() < end:
-        try:
-            kind, rank, payload = out_q.get(timeout=0.05)
-        except _queue.Empty:
-            continue
-        if kind == "error":
-            errors.setdefault(rank, payload)
-        elif kind == "result":
-            results[rank] = payload
-        elif kind == "report" and on_report is not None:
-            on_report(rank, payload)
-
-
-_SECONDARY = ("connection closed", "connection reset", "timed out", "timeout", "broken pipe")
-
-
-def _is_secondary(text: str) -> bool:
-    """An error that reports a peer's trouble (closed socket, time-out) rather than its own."""
-    head = text.splitlines()[0].lower() if text else ""
-    return any(word in head for word in _SECONDARY)
-
-
-def _blame(procs, results: dict, errors: dict, timeout_s: float) -> RankError:
-    """Name the rank that caused the failure, not the peers that noticed it.
-
-    A rank that died without a message (crash, kill) comes first; then, when the first error is
-    a peer's time-out, the ranks still running silently (they hung); else the first error.
-    """
-    silent_dead = [r for r, p in enumerate(procs)
-                   if p.exitcode not in (None, 0) and r not in errors and r not in results]
-    if silent_dead:
-        r = silent_dead[0]
-        also = f"; peers then failed: {sorted(errors)}" if errors else ""
-        return RankError(f"rank {r} died with exit code {procs[r].exitcode}{also}", rank=r)
-    silent_alive = [r for r, p in enumerate(procs) if p.is_alive() and r not in errors and r not in results]
-    primary = [r for r, text in errors.items() if not _is_secondary(text)]
-    first = primary[0] if primary else next(iter(errors), None)
-    if silent_alive and not primary:
-        ranks = ", ".join(map(str, silent_alive))
-        return RankError(f"rank(s) {ranks} stopped responding (no result within {timeout_s:g} s); "
-                         "all ranks were stopped", rank=silent_alive[0] if len(silent_alive) == 1 else None)
-    if first is not None:
-        return RankError(f"rank {first} failed: {errors[first]}", rank=first)
-    missing = [r for r in range(len(procs)) if r not in results]
-    return RankError(f"rank(s) {missing} did not finish within {timeout_s:g} s; all ranks were stopped",
-                     rank=missing[0] if len(missing) == 1 else None)
 
 
 def torchrun_env() -> dict | None:

@@ -48,7 +48,6 @@ from labutils.measure.launch import (
     cuda_device_count,
     free_memory_bytes,
     gpu_names,
-    launch,
     ranks_per_gpu,
     resolve_backend,
     run_this_rank,
@@ -56,6 +55,7 @@ from labutils.measure.launch import (
 )
 from labutils.measure.my_link import load_link, save_link
 from labutils.measure.placement import check_local_ranks, machine_placement
+from labutils.measure.pool import shared_pool
 from labutils.model.fit import LinkFit, fit_alpha_beta
 from labutils.readers.sources import run_nvidia_smi
 
@@ -225,8 +225,8 @@ def run_sweep(config: SweepConfig | None = None, *, progress: bool = True, raise
     """Run the sweep `config` (SweepConfig's defaults, changed by `settings`, its field names:
     `run_sweep(nproc=2, max_bytes="4M", budget_ms=30)`).
 
-    Spawns local ranks (labutils.measure.launch), or, when torchrun set RANK/WORLD_SIZE/MASTER_*, runs as
-    this process's rank with WORLD_SIZE ranks; every rank runs `harness.sweep_worker`.
+    Runs on the kernel's local ranks (labutils.measure.pool.shared_pool), or, when torchrun set
+    RANK/WORLD_SIZE/MASTER_*, runs as this process's rank with WORLD_SIZE ranks; every rank runs `harness.sweep_worker`.
     meta["backend_reason"] says why the backend was chosen. Raises LabInputError on bad input
     (`plan_sweep`, before a rank starts), RankError naming the rank when one fails or hangs, and
     WrongResultError (after the whole sweep) when any element was wrong and `raise_on_wrong`.
@@ -255,9 +255,8 @@ def _run_ranks(plan: SweepPlan, progress: bool) -> list[dict]:
         if env:
             return run_this_rank(sweep_worker, kwargs=plan.worker_kwargs(), backend=choice.backend,
                                  device=choice.device, timeout_s=plan.timeout_s, on_report=report)
-        return launch(sweep_worker, plan.world, kwargs=plan.worker_kwargs(), backend=choice.backend,
-                      device=choice.device, timeout_s=plan.timeout_s, on_report=report,
-                      oversubscribe=plan.config.oversubscribe)[0]
+        pool = shared_pool(plan.world, choice.backend, choice.device, oversubscribe=plan.config.oversubscribe)
+        return pool.run(sweep_worker, kwargs=plan.worker_kwargs(), timeout_s=plan.timeout_s, on_report=report)[0]
 
 
 def _sweep_result(plan: SweepPlan, rows: list[dict], wall_s: float) -> SweepResult:

@@ -40,7 +40,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from labutils.core.inputs import LabInputError, check_int
 from labutils.core.results import reserve_path, results_dir, utc_stamp, write_atomic
-from labutils.measure.launch import launch
+from labutils.measure.pool import shared_pool
 from labutils.measure.timing import barrier, is_cuda, synchronize
 
 STEP_MARK = "lab:step"
@@ -276,11 +276,11 @@ class Timeline:
 
 
 def record_timeline(worker, nproc: int, kwargs: dict, backend: str, device: str, timeout_s: float,
-                    what: str) -> Timeline:
-    """Run `worker` (which returns {"rank", "trace"} from `profile_step`) on `nproc` ranks and merge their
-    traces: the Timeline of one step, described by `what`."""
+                    what: str, threads_per_rank: int | None = None) -> Timeline:
+    """Run `worker` (which returns {"rank", "trace"} from `profile_step`) on `nproc` ranks of the kernel's
+    rank pool (`pool.shared_pool`) and merge their traces: the Timeline of one step, described by `what`."""
     nproc = check_int("nproc", nproc, low=1, high=64)
-    per_rank = launch(worker, nproc, kwargs=kwargs, backend=backend, device=device, timeout_s=timeout_s)
+    per_rank = shared_pool(nproc, backend, device, threads_per_rank).run(worker, kwargs=kwargs, timeout_s=timeout_s)
     trace = merge_traces([r["trace"] for r in sorted(per_rank, key=lambda r: r["rank"])])
     return Timeline(trace, events_frame(trace), what)
 

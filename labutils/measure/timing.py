@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from labutils.measure.launch import barrier_kwargs
+from labutils.measure.launch import barrier_kwargs, group_size
 
 
 def is_cuda(device: str) -> bool:
@@ -31,12 +31,12 @@ def synchronize(device: str) -> None:
 
 
 def barrier(device: str = "cpu") -> None:
-    """All ranks wait here (when a process group is up), after finishing queued device work.
+    """All ranks wait here (when more than one takes part, `group_size`), after finishing queued device work.
 
     NCCL's barrier is told which GPU this rank uses (`launch.barrier_kwargs`); gloo needs nothing.
     """
     synchronize(device)
-    if dist.is_available() and dist.is_initialized():
+    if group_size() > 1:
         dist.barrier(**barrier_kwargs(dist.get_backend(), device))
 
 
@@ -146,7 +146,8 @@ class RankStats:
 
 def across_ranks(value: float, device: str = "cpu") -> RankStats:
     """All-reduce `value` to its mean, max and min over ranks (every rank must call this)."""
-    if not (dist.is_available() and dist.is_initialized()):
+    world = group_size()
+    if world == 1:
         return RankStats(value, value, value)
     dev = device if is_cuda(device) else "cpu"
     t = torch.tensor([value, value, -value], dtype=torch.float64, device=dev)
@@ -154,7 +155,6 @@ def across_ranks(value: float, device: str = "cpu") -> RankStats:
     dist.all_reduce(total, op=dist.ReduceOp.SUM)
     extremes = t[1:].clone()
     dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
-    world = dist.get_world_size()
     return RankStats(float(total[0]) / world, float(extremes[0]), -float(extremes[1]))
 
 
@@ -162,5 +162,6 @@ def agree_iters(probe_ms: float, budget_ms: float, min_iters: int, max_iters: in
     """Rank 0 turns its probe time into an iteration count and broadcasts it to every rank."""
     want = budget_ms / probe_ms if probe_ms > 0 else max_iters
     iters = torch.tensor([int(min(max_iters, max(min_iters, math.ceil(want))))], dtype=torch.int64, device=device)
-    dist.broadcast(iters, src=0)
+    if group_size() > 1:
+        dist.broadcast(iters, src=0)
     return int(iters.item())

@@ -1,0 +1,95 @@
+"""The rank pool: ranks started once and reused, a solo task on rank 0, a failure or a hang named by rank
+with every process stopped and the next run restarting, one shared pool per configuration, and nothing
+left behind when the launching process exits."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from rank_workers import faulty_ping_worker, solo_worker
+
+from labutils.core.inputs import LabInputError
+from labutils.measure.launch import RankError, ping_worker
+from labutils.measure.pool import RANK_LOG_ENV, RankPool, shared_pool, stop_shared_pool
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"  # a zombie is dead for our purpose
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.distributed
+def test_one_start_serves_many_runs_and_a_failure_restarts_it(tmp_path, monkeypatch):
+    log = tmp_path / "ranks.log"
+    monkeypatch.setenv(RANK_LOG_ENV, str(log))
+    # collectives give up at half the starting call's time left: the hung rank's peer reports before the deadline
+    pool = RankPool(2, threads_per_rank=1, group_timeout_share=0.5)
+    with pytest.raises(LabInputError, match="ranks=3"):
+        pool.run(ping_worker, ranks=3)
+    assert pool.processes_started == 0  # nothing starts before the first valid run
+    first = pool.run(ping_worker, timeout_s=120)
+    second = pool.run(ping_worker, timeout_s=60)
+    pids = [r["pid"] for r in first]
+    assert [r["pid"] for r in second] == pids == pool.pids and pool.processes_started == 2
+    assert [r["sum"] for r in second] == [1.0, 1.0]
+
+    solo = pool.run(solo_worker, timeout_s=60, ranks=1)  # rank 1 idles; no collective reaches it
+    assert solo == [{"rank": 0, "world_size": 1, "group_size": 1, "pid": pids[0], "iters": 5, "mean": 3.0}]
+    both = pool.run(solo_worker, timeout_s=60)  # and the group is whole again
+    assert [(r["world_size"], r["group_size"], r["mean"]) for r in both] == [(2, 2, 3.5)] * 2
+
+    with pytest.raises(RankError) as info:
+        pool.run(faulty_ping_worker, kwargs={"fault_rank": 1, "fault": "raise"}, timeout_s=60)
+    assert info.value.rank == 1 and "injected failure" in str(info.value)
+    assert not pool.running and not any(_alive(p) for p in pids)
+
+    started = time.monotonic()
+    with pytest.raises(RankError) as info:  # a fresh set, in which rank 1 hangs
+        pool.run(faulty_ping_worker, kwargs={"fault_rank": 1, "fault": "hang"}, timeout_s=20)
+    assert time.monotonic() - started < 35
+    assert info.value.rank == 1 and "stopped responding" in str(info.value)
+    assert pool.processes_started == 4 and pool.pids == []
+    lines = log.read_text().splitlines()
+    assert len(lines) == 4 and all(" of 2 gloo/cpu parent " in line for line in lines)
+    assert not any(_alive(int(line.split()[0])) for line in lines)
+
+
+@pytest.mark.distributed
+def test_the_shared_pool_is_kept_for_its_configuration_and_stopped_for_another():
+    pool = shared_pool(2, "gloo", "cpu", threads_per_rank=1)
+    try:
+        assert shared_pool(2, "gloo", "cpu", threads_per_rank=1) is pool
+        solo = pool.run(solo_worker, timeout_s=120, ranks=1)  # starts both ranks; rank 1 waits for work
+        pids = [r["pid"] for r in pool.run(ping_worker, timeout_s=60)]
+        assert solo[0]["world_size"] == 1 and solo[0]["pid"] == pids[0] and pool.processes_started == 2
+        other = shared_pool(1, "gloo", "cpu")
+        assert other is not pool and not pool.running and not any(_alive(p) for p in pids)
+        assert shared_pool(1, "gloo", "cpu") is other and other.processes_started == 0
+    finally:
+        stop_shared_pool()
+
+
+@pytest.mark.distributed
+def test_a_process_that_exits_leaves_no_rank_behind():
+    code = textwrap.dedent("""
+        from labutils.measure.launch import ping_worker
+        from labutils.measure.pool import shared_pool
+        print(*(r["pid"] for r in shared_pool(2, threads_per_rank=1).run(ping_worker, timeout_s=120)))
+    """)
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids)
