@@ -195,7 +195,7 @@ def time_layers_worker(ctx, sizes, modes=("whole", "split"), chunks=(1,), seed: 
     "overlap": the split with k in `chunks` asynchronous all-reduces overlapping the compute.
 
     Repetitions from the budget: per size, `warmup` rounds, then ONE round timed on the wall clock
-    (timing.round_s: everything a repetition does); rank 0 drops the costliest sizes when
+    (timing.round_s: everything a repetition does); rank 0 drops the largest sizes (in flops) when
     `min_reps` rounds of all do not fit `budget_s` (repetitions.fit_sizes), shares the budget over
     the rest (repetitions.share_budget), picks each size's count (repetitions.plan_reps) and
     broadcasts them (timing.agree_reps).
@@ -216,7 +216,8 @@ def time_layers_worker(ctx, sizes, modes=("whole", "split"), chunks=(1,), seed: 
             _one_round(ctx, steps)
         rounds.append(round_s(lambda: _one_round(ctx, steps), ctx.device))  # noqa: B023 (called right here)
         del steps
-    kept, _ = fit_sizes(rounds, budget_s, min_reps)
+    by_size = sorted(range(len(sizes)), key=lambda i: sizes[i].flops)  # fit_sizes drops the largest first
+    kept = [by_size[k] for k in fit_sizes([rounds[i] for i in by_size], budget_s, min_reps)[0]]
     shares = dict(zip(kept, share_budget([rounds[i] for i in kept], budget_s, max_reps)))
     plans = agree_reps([plan_reps(rounds[i], shares[i], min_reps, max_reps) if i in shares else Reps(0, True, False)
                         for i in range(len(sizes))], ctx.device)

@@ -12,13 +12,12 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
 
 from labutils.measure.launch import barrier_kwargs
-from labutils.model.repetitions import Reps
 
 
 def is_cuda(device: str) -> bool:
@@ -177,11 +176,11 @@ def round_s(run_round: Callable[[], object], device: str = "cpu") -> float:
     return time.perf_counter() - started
 
 
-def agree_reps(plans: list[Reps], device: str) -> list[Reps]:
-    """Rank 0's repetition plans (labutils.model.repetitions) on every rank: each rank passes its
-    own, rank 0's are broadcast, so all ranks run the same counts and stop together."""
+def agree_reps(plans: list, device: str) -> list:
+    """Rank 0's repetition plans (labutils.model.repetitions.Reps) on every rank: each rank passes
+    its own, rank 0's are broadcast, so all ranks run the same counts and stop together."""
     flat = [[p.reps, int(p.budget_cut), int(p.fits)] for p in plans]
     t = torch.tensor(flat, dtype=torch.int64, device=device).reshape(len(plans), 3)
     if dist.is_available() and dist.is_initialized():
         dist.broadcast(t, src=0)
-    return [Reps(int(r), bool(c), bool(f)) for r, c, f in t.cpu().tolist()]
+    return [replace(p, reps=int(r), budget_cut=bool(c), fits=bool(f)) for p, (r, c, f) in zip(plans, t.cpu().tolist())]

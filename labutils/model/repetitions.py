@@ -9,7 +9,7 @@ the wall clock after warm-up and hands its length here; rank 0 then broadcasts t
 
 The budget of a call is shared over its sizes (`share_budget`): evenly, and what a size capped by
 `max_reps` cannot use is shared again over the others. When even `min_reps` rounds of every size
-do not fit, the costliest sizes (the largest) are dropped first (`fit_sizes`).
+do not fit, the largest sizes are dropped first (`fit_sizes`).
 """
 
 from __future__ import annotations
@@ -52,16 +52,16 @@ def share_budget(round_s_per_size, budget_s: float, max_reps: int) -> list[float
 
 
 def fit_sizes(round_s_per_size, budget_s: float, min_reps: int) -> tuple[list[int], list[int]]:
-    """(kept, dropped) indices: the costliest sizes are dropped until `min_reps` rounds of every kept
-    one fit in `budget_s`, min_reps * sum(round_s of kept) <= budget_s. The cheapest size is always
-    kept (its count is then `min_reps`, over the budget, and its Reps says it does not fit).
+    """(kept, dropped) indices of sizes given smallest first: the largest (last) sizes are dropped
+    until `min_reps` rounds of every kept one fit in `budget_s`, min_reps * sum(round_s of kept)
+    <= budget_s. The smallest size is always kept (its count is then `min_reps`, over the budget,
+    and its Reps says it does not fit).
     """
     rounds = [float(r) for r in round_s_per_size]
-    kept = sorted(range(len(rounds)), key=lambda k: rounds[k])
-    dropped = []
+    kept = list(range(len(rounds)))
     while len(kept) > 1 and min_reps * sum(rounds[k] for k in kept) > budget_s:
-        dropped.append(kept.pop())
-    return sorted(kept), sorted(dropped)
+        kept.pop()
+    return kept, list(range(len(kept), len(rounds)))
 
 
 def dropped_sentence(dropped: list, budget_s: float, min_reps: int) -> str:
