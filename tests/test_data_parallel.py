@@ -222,6 +222,14 @@ def test_a_small_budget_gives_fewer_steps_and_says_it_cut_them():
     assert summary[["steps", "reps"]].iloc[0].tolist() == [40, 40] and not summary["budget_cut"].iloc[0]
 
 
+def test_a_budget_that_is_not_positive_is_refused_before_starting_ranks():
+    cfg = ddp_step.StepConfig(WIDTH, DEPTH, PER_RANK, "single")
+    with pytest.raises(LabInputError, match="budget_s"):
+        data_parallel.measure_ddp_steps([cfg], 1, backend="gloo", device="cpu", budget_s=-1.0)
+    with pytest.raises(LabInputError, match="budget_s"):
+        data_parallel.scaling_experiment([WIDTH], budget_s=0.0)
+
+
 def test_scaling_experiment_measures_no_configuration_twice_and_shares_the_budget(monkeypatch):
     seen = []
 

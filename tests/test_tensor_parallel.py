@@ -167,6 +167,18 @@ def test_weights_come_from_the_cache_and_the_cache_stays_bounded(monkeypatch):
 
 
 @pytest.mark.distributed
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_weights_are_drawn_on_the_gpu_alike_on_two_ranks():
+    from rank_workers import weights_worker
+
+    from labutils.measure.launch import launch
+
+    out = launch(weights_worker, 2, backend="gloo", device="cuda", timeout_s=120)
+    assert out[0]["checksum"] == out[1]["checksum"] and out[0]["first"] == out[1]["first"]
+    assert all(o["dtype"] == "torch.float32" and o["device"].startswith("cuda") and o["cached"] for o in out)
+
+
+@pytest.mark.distributed
 def test_two_ranks_draw_the_same_weights_in_float32_on_their_device():
     from rank_workers import weights_worker
 
