@@ -28,10 +28,19 @@ def test_a_smaller_budget_gives_fewer_reps():
 
 
 def test_the_budget_is_shared_evenly_and_what_the_cap_leaves_goes_to_the_others():
-    assert share_budget([0.1, 0.1], 2.0, 100) == pytest.approx([1.0, 1.0])
-    # the cheap size needs 50 x 0.001 = 0.05 s at most: the other two share the remaining 2.95 s
-    shares = share_budget([0.2, 0.001, 0.5], 3.0, 50)
-    assert shares == pytest.approx([1.475, 0.05, 1.475]) and sum(shares) == pytest.approx(3.0)
+    assert share_budget([0.1, 0.1], 2.0, 5, 100) == pytest.approx([1.0, 1.0])
+    # the cheap size reaches 50 rounds in 0.05 s: the other two share the rest beyond their one round
+    shares = share_budget([0.2, 0.001, 0.5], 3.0, 1, 50)
+    assert shares == pytest.approx([1.325, 0.05, 1.625]) and sum(shares) == pytest.approx(3.0)
+
+
+def test_every_kept_size_gets_its_minimum_within_the_budget():
+    rounds = [0.01, 0.1]  # 5 x 0.11 = 0.55 s fits 0.6 s; an even split would give the second 3 rounds
+    assert fit_sizes(rounds, 0.6, 5) == ([0, 1], [])
+    shares = share_budget(rounds, 0.6, 5, 100)
+    plans = [plan_reps(r, s, 5, 100) for r, s in zip(rounds, shares)]
+    assert all(p.fits for p in plans) and sum(p.reps * r for p, r in zip(plans, rounds)) <= 0.6 + 1e-12
+    assert [p.reps for p in plans] == [7, 5]
 
 
 def test_every_size_kept_when_the_minimum_fits():

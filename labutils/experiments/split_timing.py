@@ -218,7 +218,7 @@ def time_layers_worker(ctx, sizes, modes=("whole", "split"), chunks=(1,), seed: 
         del steps
     by_size = sorted(range(len(sizes)), key=lambda i: sizes[i].flops)  # fit_sizes drops the largest first
     kept = [by_size[k] for k in fit_sizes([rounds[i] for i in by_size], budget_s, min_reps)[0]]
-    shares = dict(zip(kept, share_budget([rounds[i] for i in kept], budget_s, max_reps)))
+    shares = dict(zip(kept, share_budget([rounds[i] for i in kept], budget_s, min_reps, max_reps)))
     plans = agree_reps([plan_reps(rounds[i], shares[i], min_reps, max_reps) if i in shares else Reps(0, True, False)
                         for i in range(len(sizes))], ctx.device)
     rows, dropped = [], []

@@ -7,9 +7,9 @@ the wall clock after warm-up and hands its length here; rank 0 then broadcasts t
 
     reps = clamp(floor(share_s / round_s), min_reps, max_reps)
 
-The budget of a call is shared over its sizes (`share_budget`): evenly, and what a size capped by
-`max_reps` cannot use is shared again over the others. When even `min_reps` rounds of every size
-do not fit, the largest sizes are dropped first (`fit_sizes`).
+The budget of a call is shared over its sizes (`share_budget`): `min_reps` rounds each, the rest
+evenly, and what a size capped by `max_reps` cannot use is shared again over the others. When
+even `min_reps` rounds of every size do not fit, the largest sizes are dropped first (`fit_sizes`).
 """
 
 from __future__ import annotations
@@ -38,17 +38,21 @@ def plan_reps(round_s: float, share_s: float, min_reps: int, max_reps: int) -> R
     return Reps(int(reps), budget_cut=want < max_reps, fits=min_reps * round_s <= share_s)
 
 
-def share_budget(round_s_per_size, budget_s: float, max_reps: int) -> list[float]:
-    """Seconds of `budget_s` for each size: an even split, where a size whose `max_reps` rounds take
-    less than its part keeps only that and leaves the rest to the others (cheapest sizes first).
+def share_budget(round_s_per_size, budget_s: float, min_reps: int, max_reps: int) -> list[float]:
+    """Seconds of `budget_s` for each size: first `min_reps` rounds each, then what is left split
+    evenly, where a size that reaches `max_reps` keeps only that and leaves the rest to the others.
+
+    share_i = min_reps round_i + extra_i, extra_i = min(left / sizes left, (max_reps - min_reps) round_i)
+    (the sizes with the least room first); the shares add up to budget_s when every size reaches
+    neither its cap nor the floor, never to more once min_reps rounds of all fit (`fit_sizes`).
     """
     rounds = [float(r) for r in round_s_per_size]
-    shares = [0.0] * len(rounds)
-    left_s, left_n = float(budget_s), len(rounds)
+    extra = [0.0] * len(rounds)
+    left_s, left_n = max(0.0, float(budget_s) - min_reps * sum(rounds)), len(rounds)
     for i in sorted(range(len(rounds)), key=lambda k: rounds[k]):
-        shares[i] = min(left_s / left_n, max_reps * rounds[i])
-        left_s, left_n = left_s - shares[i], left_n - 1
-    return shares
+        extra[i] = min(left_s / left_n, (max_reps - min_reps) * rounds[i])
+        left_s, left_n = left_s - extra[i], left_n - 1
+    return [min_reps * r + e for r, e in zip(rounds, extra)]
 
 
 def fit_sizes(round_s_per_size, budget_s: float, min_reps: int) -> tuple[list[int], list[int]]:
