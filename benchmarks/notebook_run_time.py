@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from labutils.course.plans import notebook_plan  # noqa: E402
 from labutils.course.runner import find_notebooks, notebook_parameters, run_notebooks  # noqa: E402
 from labutils.measure.compute_rate import gemm_rate_worker  # noqa: E402
-from labutils.measure.launch import cuda_device_count, free_memory_bytes, launch, ping_worker, resolve_backend  # noqa: E402
+from labutils.measure.launch import cuda_device_count, free_memory_bytes, ping_worker, resolve_backend  # noqa: E402
+from labutils.measure.pool import launch  # noqa: E402
 from labutils.measure.sweep import ensure_link  # noqa: E402
 from labutils.model.run_time import Machine, predict  # noqa: E402
 

@@ -9,6 +9,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from labutils.experiments import tensor_parallel as tp
 from labutils.experiments.ddp_step import RankStep, StepConfig, build_mlp, synthetic_batch
 from labutils.measure import buffers
 from labutils.measure.harness import sweep_worker
@@ -31,6 +32,15 @@ def gradient_worker(ctx, width: int, depth: int, batch_per_rank: int,
         step.gradients(lambda name: contextlib.nullcontext())
         out[(mode, train_steps)] = torch.cat([p.grad.flatten() for p in step.params]).double().cpu().numpy()
     return out
+
+
+def weights_worker(ctx, hidden: int = 32, ffn: int = 128, seed: int = 5) -> dict:
+    """This rank's full MLP weights as the split layer draws them: checksum, dtype, device, and
+    whether a second call came from the rank's cache (the same tensor object)."""
+    w = tp.mlp_weights(hidden, ffn, seed, "float32", ctx.device)
+    again = tp.mlp_weights(hidden, ffn, seed, "float32", ctx.device)
+    return {"rank": ctx.rank, "checksum": tp.weights_checksum(w), "dtype": str(w.W1.dtype),
+            "device": str(w.W1.device), "cached": again.W1 is w.W1, "first": float(w.W1[0, 0])}
 
 
 def reference_gradient(width: int, depth: int, global_batch: int, seed: int = 0):

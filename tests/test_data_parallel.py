@@ -199,6 +199,62 @@ def test_rank_zero_sets_the_step_count():
     assert 2 <= counts[0] <= 7 and counts[1] == 3
 
 
+def test_a_rank_draws_only_its_rows_and_the_ranks_together_draw_the_global_batch():
+    x, y = ddp_step.synthetic_batch(3 * PER_RANK, WIDTH, seed=4)
+    parts = [ddp_step.rank_batch(PER_RANK, WIDTH, r, seed=4) for r in range(3)]
+    assert torch.equal(torch.cat([p[0] for p in parts]), x) and torch.equal(torch.cat([p[1] for p in parts]), y)
+    assert x.dtype == torch.float32 and x.shape == (3 * PER_RANK, WIDTH) and not torch.equal(x, y)
+    # the global batch does not depend on how many ranks share it
+    halves = torch.cat([ddp_step.rank_batch(PER_RANK // 2, WIDTH, r, seed=4)[0] for r in range(6)])
+    assert torch.equal(halves, x)
+
+
+@pytest.mark.distributed
+def test_a_small_budget_gives_fewer_steps_and_says_it_cut_them():
+    cfg = ddp_step.StepConfig(WIDTH, DEPTH, PER_RANK, "single", steps=2, warmup=1, max_steps=40)
+    steps = data_parallel.measure_ddp_steps([cfg, replace(cfg, batch_per_rank=2 * PER_RANK)], 1, backend="gloo",
+                                            device="cpu", timeout_s=60, progress=False, budget_s=1e-5)
+    assert steps.groupby("run").size().tolist() == [2, 2] and (steps["reps"] == 2).all() and steps["budget_cut"].all()
+    roomy = data_parallel.measure_ddp_steps([cfg], 1, backend="gloo", device="cpu", timeout_s=60, progress=False,
+                                            budget_s=5.0)
+    assert len(roomy) == 40 and (roomy["reps"] == 40).all() and not roomy["budget_cut"].any()
+    summary = data_parallel.summarize(roomy)
+    assert summary[["steps", "reps"]].iloc[0].tolist() == [40, 40] and not summary["budget_cut"].iloc[0]
+
+
+def test_a_budget_that_is_not_positive_is_refused_before_starting_ranks():
+    cfg = ddp_step.StepConfig(WIDTH, DEPTH, PER_RANK, "single")
+    with pytest.raises(LabInputError, match="budget_s"):
+        data_parallel.measure_ddp_steps([cfg], 1, backend="gloo", device="cpu", budget_s=-1.0)
+    with pytest.raises(LabInputError, match="budget_s"):
+        data_parallel.scaling_experiment([WIDTH], budget_s=0.0)
+
+
+def test_scaling_experiment_measures_no_configuration_twice_and_shares_the_budget(monkeypatch):
+    seen = []
+
+    def one_rank(configs, nproc, *args, budget_s=None, **kwargs):
+        seen.append((nproc, list(configs), budget_s))
+        return pd.DataFrame({"run": range(len(configs))})
+
+    def n_ranks(configs, nproc, *args, budget_s=None, **kwargs):
+        return one_rank(configs, nproc, budget_s=budget_s), None
+
+    monkeypatch.setattr(data_parallel, "measure_ddp_steps", one_rank)
+    monkeypatch.setattr(data_parallel, "_launch", n_ranks)
+    monkeypatch.setattr(data_parallel, "summarize", lambda frame: frame)
+    run = data_parallel.scaling_experiment([64, 64, 128], nproc=2, bucket_caps_mb=(25,), budget_s=9.0,
+                                           contention=False)
+    (n1, singles, share1), (n2, many, share2) = seen
+    assert n1 == 1 and len(singles) == len(set(singles)) == 4  # widths 64 and 128, at b and 2 b
+    assert n2 == 2 and len(many) == len(set(many)) == 4  # ddp and no_overlap each; the 25 MiB cap is the default's
+    assert share1 + share2 == pytest.approx(9.0) and share1 == pytest.approx(4.5)
+    assert run.summary["run"].tolist() == list(range(8))
+    seen.clear()
+    data_parallel.scaling_experiment([64], nproc=1, contention=False)
+    assert len(seen[0][1]) == 1 and seen[0][2] is None  # one rank: the global batch is the per-rank one
+
+
 # --- the widget, without a browser ---------------------------------------------------------------
 
 def test_widget_follows_its_sliders():

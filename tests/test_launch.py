@@ -313,7 +313,7 @@ def _split_layer_job():
     from labutils.experiments.split_timing import time_layers_worker
 
     return time_layers_worker, {"sizes": [(4, 16, 32)], "modes": ("whole", "split", "overlap"), "chunks": (2,),
-                                "warmup": 1, "min_reps": 2, "max_reps": 2, "target_ms": 1.0}
+                                "warmup": 1, "min_reps": 2, "max_reps": 2, "budget_s": 0.001}
 
 
 def _ddp_step_job():

@@ -138,7 +138,57 @@ def test_block_step_on_one_process_is_the_whole_block():
     assert t.compute_ms > 0 and t.communication_ms >= 0
 
 
+def test_weights_are_drawn_in_float32_on_the_device_and_cast():
+    w = tp.mlp_weights(16, 64, seed=7, device="cpu")
+    assert w.W1.dtype == torch.float32 and w.W1.device.type == "cpu" and w.W1.shape == (16, 64)
+    # every dtype slices the same numbers: float64 holds the float32 draw exactly
+    assert torch.equal(tp.mlp_weights(16, 64, seed=7, dtype="float64").W1, w.W1.double())
+    assert abs(float(w.W1.std()) * math.sqrt(16) - 1.0) < 0.1  # scaled 1 / sqrt(fan_in)
+    x = tp.mlp_input(4, 16, seed=7)
+    assert x.dtype == torch.float32 and not torch.equal(x, w.W1[:4, :16])
+
+
+def test_weights_come_from_the_cache_and_the_cache_stays_bounded(monkeypatch):
+    tp._weight_cache.clear()
+    first = tp.mlp_weights(16, 64, seed=11)
+    assert tp.mlp_weights(16, 64, seed=11) is first  # not drawn again
+    assert tp.mlp_weights(16, 64, seed=11, dtype="bfloat16") is not first  # the dtype is part of the key
+    one = sum(t.numel() * t.element_size() for t in (first.W1, first.b1, first.W2, first.b2))
+    monkeypatch.setattr(tp, "WEIGHT_CACHE_LIMIT_BYTES", int(1.5 * one))
+    tp._weight_cache.clear()
+    tp.mlp_weights(16, 64, seed=11)
+    tp.mlp_weights(16, 64, seed=12)  # two would pass the limit: the cache is emptied first
+    assert len(tp._weight_cache) == 1
+    assert torch.equal(tp.mlp_weights(16, 64, seed=11).W1, first.W1)  # drawn again, the same numbers
+    tp._weight_cache.clear()
+
+
 # --- on ranks ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_weights_are_drawn_on_the_gpu_alike_on_two_ranks():
+    from rank_workers import weights_worker
+
+    from labutils.measure.launch import launch
+
+    out = launch(weights_worker, 2, backend="gloo", device="cuda", timeout_s=120)
+    assert out[0]["checksum"] == out[1]["checksum"] and out[0]["first"] == out[1]["first"]
+    assert all(o["dtype"] == "torch.float32" and o["device"].startswith("cuda") and o["cached"] for o in out)
+
+
+@pytest.mark.distributed
+def test_two_ranks_draw_the_same_weights_in_float32_on_their_device():
+    from rank_workers import weights_worker
+
+    from labutils.measure.launch import launch
+
+    out = launch(weights_worker, 2, timeout_s=90)
+    assert out[0]["checksum"] == out[1]["checksum"] and out[0]["first"] == out[1]["first"]
+    assert out[0]["checksum"] == pytest.approx(tp.weights_checksum(tp.mlp_weights(32, 128, 5)))
+    assert all(o["dtype"] == "torch.float32" and o["device"] == "cpu" and o["cached"] for o in out)
+
 
 
 @pytest.mark.distributed

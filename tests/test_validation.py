@@ -21,6 +21,11 @@ def test_time_layers_refuses_a_rank_count_that_does_not_divide_the_layer():
         st.time_layers([(8, 64)], 3)
 
 
+def test_time_layers_refuses_a_budget_that_is_not_positive_before_starting_ranks():
+    with pytest.raises(LabInputError, match="budget_s"):
+        st.time_layers([(8, 64)], 2, budget_s=0)
+
+
 def test_time_layers_refuses_an_unknown_mode_before_starting_ranks():
     with pytest.raises(LabInputError, match="mode"):
         st.time_layers([(8, 64)], 2, ("whole", "halfs"))
@@ -215,11 +220,24 @@ def test_time_layers_protocol_structure():
     assert len(halves) == 4 and (halves["communication_ms"] < 0.05).all()  # no all-reduce
     assert (frame[frame["mode"] == "whole"]["communication_ms"] < 0.05).all()
     parts = frame[["serial_ms", "compute_ms", "communication_ms"]].sum(axis=1)
-    assert (parts > 0).all() and (frame["reps"] >= 5).all()
+    assert (parts > 0).all() and (frame["reps"] >= 5).all() and (frame["reps"] <= 100).all()
+    assert frame["budget_cut"].dtype == bool and frame.attrs["dropped_sizes"] == []
+    assert frame.groupby("hidden")["reps"].nunique().eq(1).all()  # every mode and rank of a size alike
+    assert frame.attrs["budget_s"] == pytest.approx(0.6) and len(frame.attrs["round_s"]) == 2
     table = val.validation_table(frame, LINK)
     assert len(table) == 2 and np.isfinite(table["T2_pred_ms"]).all()
     apriori = val.apriori_table(frame[frame["mode"] != "split"], LINK)
     assert len(apriori) == 2 and np.isfinite(apriori["T2_apriori_ms"]).all() and (apriori["eta_halves"] > 0).all()
+
+
+@pytest.mark.distributed
+def test_a_small_budget_gives_the_minimum_and_drops_the_largest_size():
+    frame = st.time_layers([(4, 32), (4, 512)], 2, ("whole", "split"), quick=True, budget_s=1e-4, timeout_s=120)
+    assert set(frame["hidden"]) == {32}  # the largest size did not fit even 5 repetitions
+    assert frame.attrs["dropped_sizes"] == [(4, 512, 2048)]
+    assert (frame["reps"] == 5).all() and frame["budget_cut"].all()
+    rounds = frame.attrs["round_s"]
+    assert len(rounds) == 2 and rounds[1] > 0 and "(4, 512, 2048)" in st.budget_note(frame)
 
 
 # --- sizes, a pure function of the route ----------------------------------------------------------------

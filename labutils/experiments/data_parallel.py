@@ -34,21 +34,26 @@ THREADS_PER_RANK = 1  # every rank, the one-rank baseline included: one "device"
 
 def measure_ddp_steps(configs: list[StepConfig], nproc: int, backend: str = "auto", device: str = "auto",
             timeout_s: float = 600.0, progress: bool = True, ddp_reference: bool = True,
-            interleave: bool = True) -> pd.DataFrame:
+            interleave: bool = True, budget_s: float | None = None) -> pd.DataFrame:
     """Run `configs` on `nproc` ranks in one launch; one row per timed step (times in ms, rank means).
 
     `interleave` times the configurations in rounds, one step of each (see `train_worker`); it
     keeps every model in memory at once.
+    `budget_s`: seconds of timed rounds for all configurations together; each gets between its
+    `steps` and `max_steps` (rows carry `reps` and `budget_cut`). None: each its `steps` (or, with
+    `min_time_s` > 0, rounds of about that long).
 
     On CPU every rank gets `THREADS_PER_RANK` thread(s), the one-rank run too: N ranks then use N
     cores and one rank one core, so the speedup compares one worker with N workers, as one GPU
     with N GPUs, and not one rank that may use every core with N ranks that share them.
     """
-    return _launch(configs, nproc, backend, device, timeout_s, progress, ddp_reference, interleave)[0]
+    return _launch(configs, nproc, backend, device, timeout_s, progress, ddp_reference, interleave,
+                   budget_s=budget_s)[0]
 
 
 def _launch(configs, nproc, backend, device, timeout_s, progress, ddp_reference=True, interleave=True,
-            contention: dict | None = None, ranks: int | None = None) -> tuple[pd.DataFrame, dict | None]:
+            contention: dict | None = None, ranks: int | None = None,
+            budget_s: float | None = None) -> tuple[pd.DataFrame, dict | None]:
     """One run of `configs` on the kernel's `nproc`-rank pool (`pool.shared_pool`; `ranks=1`: on its
     rank 0 alone, with rank 0's cores and threads) and, when `contention` gives its model, the
     contention probe after them: (steps frame, probe result or None)."""
@@ -56,20 +61,23 @@ def _launch(configs, nproc, backend, device, timeout_s, progress, ddp_reference=
     nproc = check_int("nproc", nproc, low=1)
     if not configs:
         raise LabInputError("configs is empty: give at least one StepConfig")
+    if budget_s is not None:
+        check_range("budget_s", budget_s, low=0, low_open=True, unit="s")
     choice = resolve_backend(backend, device, nproc)
     pool = shared_pool(nproc, choice.backend, choice.device, THREADS_PER_RANK)
     with rank_progress(max(c.steps for c in configs), f"{ranks or nproc} rank(s), {choice.backend}/{choice.device}",
                        progress, unit="step") as on_report:
         results = pool.run(_run_worker, args=(list(configs),),
-                           kwargs={"ddp_reference": ddp_reference, "interleave": interleave, "contention": contention},
+                           kwargs={"ddp_reference": ddp_reference, "interleave": interleave, "contention": contention,
+                                   "budget_s": budget_s},
                            timeout_s=timeout_s, on_report=on_report, ranks=ranks)
     return pd.DataFrame(results[0]["rows"]), results[0]["contention"]
 
 
 def _run_worker(ctx, configs, ddp_reference: bool = True, interleave: bool = True,
-                contention: dict | None = None) -> dict:
+                contention: dict | None = None, budget_s: float | None = None) -> dict:
     """`train_worker`, then (with `contention`) `contention_worker`, in the same ranks."""
-    rows = train_worker(ctx, configs, ddp_reference, interleave)
+    rows = train_worker(ctx, configs, ddp_reference, interleave, budget_s)
     probe = contention_worker(ctx, **contention) if contention else None
     return {"rows": rows, "contention": probe}
 
@@ -113,7 +121,7 @@ def _p(q):
 
 
 SUMMARY_KEYS = ["run", "mode", "world_size", "width", "depth", "batch_per_rank", "global_batch",
-                "bucket_cap_mb", "gradient_bytes", "backend", "device"]
+                "bucket_cap_mb", "gradient_bytes", "backend", "device", "reps", "budget_cut"]
 TIME_COLUMNS = ["step_ms", "step_max_ms", *DDP_SECTIONS, "exposed_comm_ms", "other_ms"]
 
 
@@ -147,7 +155,8 @@ class DataParallelRun:
 def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: int = 2, steps: int = 10,
                        warmup: int = 2, bucket_caps_mb=(), bucket_width: int | None = None,
                        backend: str = "auto", device: str = "auto", min_time_s: float = 0.0,
-                       timeout_s: float = 600.0, progress: bool = True, contention: bool = True) -> DataParallelRun:
+                       timeout_s: float = 600.0, progress: bool = True, contention: bool = True,
+                       budget_s: float | None = None) -> DataParallelRun:
     """Measure each model (one per width) every way; the summary, one row per run (ms).
 
     On rank 0 of the N-rank pool alone (`ranks=1`: rank 0's cores and threads): each model at the
@@ -156,20 +165,34 @@ def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: 
     default 25 MiB buckets and the no-overlap variant for each model, then DDP at each of
     `bucket_caps_mb` for the model of `bucket_width` (default: the widest; a cap whose buckets equal
     the default's or an earlier cap's is measured once, `ddp_model.distinct_bucket_caps`), then
-    (`contention`) the contention probe on the widest model.
+    (`contention`) the contention probe on the widest model. No configuration is measured twice
+    (repeated widths, and with `nproc` 1 the global batch equal to the per-rank one, are measured once).
+
+    `budget_s`: seconds of timed rounds for the whole experiment, shared by the two launches in
+    proportion to their configurations (each gets between `steps` and 200 steps; the summary
+    carries `reps` and `budget_cut`); None: `steps` each (or rounds of about `min_time_s`).
     """
-    widths = [int(w) for w in np.atleast_1d(widths)]
+    if budget_s is not None:
+        check_range("budget_s", budget_s, low=0, low_open=True, unit="s")
+    widths = list(dict.fromkeys(int(w) for w in np.atleast_1d(widths)))
     bucket_width = bucket_width or max(widths)
     singles, many = [], []
     for width in widths:
         base = StepConfig(width, depth, batch_per_rank, "single", DEFAULT_BUCKET_MB, steps, warmup, min_time_s)
-        singles += [base, replace(base, batch_per_rank=batch_per_rank * nproc)]
+        singles += [base] + ([replace(base, batch_per_rank=batch_per_rank * nproc)] if nproc > 1 else [])
         many += [replace(base, mode="ddp"), replace(base, mode="no_overlap")]
     base = replace(many[0], width=bucket_width, mode="ddp")
     many += [replace(base, bucket_cap_mb=c) for c in distinct_bucket_caps(bucket_width, depth, bucket_caps_mb)]
     probe = {"width": max(widths), "depth": depth, "batch_per_rank": batch_per_rank} if contention else None
-    one = summarize(_launch(singles, nproc, backend, device, timeout_s, progress, ranks=1)[0])
-    steps_n, found = _launch(many, nproc, backend, device, timeout_s, progress, contention=probe)
+    many = list(dict.fromkeys(many))
+
+    def share_s(part):  # the run's share of the budget, by its number of configurations
+        return None if budget_s is None else budget_s * len(part) / (len(singles) + len(many))
+
+    one = summarize(_launch(singles, nproc, backend, device, timeout_s, progress, ranks=1,
+                            budget_s=share_s(singles))[0])
+    steps_n, found = _launch(many, nproc, backend, device, timeout_s, progress, contention=probe,
+                             budget_s=share_s(many))
     n = summarize(steps_n)
     n["run"] += len(one)
     return DataParallelRun(pd.concat([one, n], ignore_index=True), found)

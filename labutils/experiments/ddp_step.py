@@ -17,7 +17,8 @@ Per step: forward, backward, all-reduce and optimizer time (CUDA events on GPU, 
 after a barrier on CPU), the whole step, and the exposed communication: the all-reduce itself
 for "no_overlap" (after a barrier timed apart as `wait_ms`: waiting for the slowest rank); for
 "ddp", backward minus a backward without sync measured in the same run (waiting included).
-Warm-up steps are not timed; rank 0 fixes the step count for all; configurations of one launch
+Warm-up steps are not timed; rank 0 fixes the step count for all from one complete round timed on
+the wall clock and the time budget (labutils.model.repetitions); configurations of one launch
 are timed in interleaved rounds; `summarize` gives the median and p10/p90 over steps. Every
 rank, the one-rank baseline too, runs one CPU thread (`THREADS_PER_RANK`, see `data_parallel.measure_ddp_steps`).
 """
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -37,8 +37,18 @@ from torch.profiler import record_function
 
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.measure.timeline import profile_step
-from labutils.measure.timing import SectionTimer, agree_iters, barrier, group_size, line_up, synchronize, time_loop
+from labutils.measure.timing import (
+    SectionTimer,
+    agree_reps,
+    barrier,
+    group_size,
+    line_up,
+    round_s,
+    synchronize,
+    time_loop,
+)
 from labutils.model.ddp_model import mlp_gradient_bytes, mlp_param_count
+from labutils.model.repetitions import Reps, plan_reps
 
 DDP_MODES = ("single", "ddp", "no_overlap")
 
@@ -46,23 +56,38 @@ DDP_MODES = ("single", "ddp", "no_overlap")
 DDP_SECTIONS = ("forward_ms", "backward_ms", "wait_ms", "allreduce_ms", "optimizer_ms")
 
 
-def build_mlp(width: int, depth: int, seed: int = 0):
-    """The MLP, initialised from `seed` (every rank builds the same one)."""
+def build_mlp(width: int, depth: int, seed: int = 0, device: str = "cpu"):
+    """The MLP, initialised from `seed` on `device` (every rank of one device type builds the same one)."""
     torch.manual_seed(seed)
     layers = []
     for i in range(depth):
-        layers.append(torch.nn.Linear(width, width))
+        layers.append(torch.nn.Linear(width, width, device=device))
         if i < depth - 1:
             layers.append(torch.nn.ReLU())
     return torch.nn.Sequential(*layers)
 
 
-def synthetic_batch(global_batch: int, width: int, seed: int = 1):
+def batch_rows(first: int, rows: int, width: int, seed: int = 1, device: str = "cpu"):
+    """Rows first .. first + rows - 1 of the regression batch (inputs, targets), drawn on `device`
+    in float32. Row i comes from its own seed (seed * 1_000_003 + i), so a rank draws only its own
+    rows and the ranks' rows together are the global batch one rank draws whole."""
+    gen = torch.Generator(device=torch.device(device))
+    xs, ys = [], []
+    for i in range(first, first + rows):
+        gen.manual_seed(seed * 1_000_003 + i)
+        xs.append(torch.randn(width, generator=gen, device=device))
+        ys.append(torch.randn(width, generator=gen, device=device))
+    return torch.stack(xs), torch.stack(ys)
+
+
+def synthetic_batch(global_batch: int, width: int, seed: int = 1, device: str = "cpu"):
     """A fixed regression batch (inputs, targets) of `global_batch` rows, the same on every rank."""
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(global_batch, width, generator=gen)
-    y = torch.randn(global_batch, width, generator=gen)
-    return x, y
+    return batch_rows(0, global_batch, width, seed, device)
+
+
+def rank_batch(batch_per_rank: int, width: int, rank: int, seed: int = 1, device: str = "cpu"):
+    """Rank `rank`'s rows of the global batch, and only those: rows rank * b .. (rank + 1) * b - 1."""
+    return batch_rows(rank * batch_per_rank, batch_per_rank, width, seed, device)
 
 
 def rank_slice(global_batch: int, rank: int, world_size: int) -> slice:
@@ -77,8 +102,9 @@ def rank_slice(global_batch: int, rank: int, world_size: int) -> slice:
 class StepConfig:
     """One measured run: the model, the per-rank batch, the way it runs, and how many steps.
 
-    `steps` timed steps follow `warmup` untimed ones; with `min_time_s` > 0 rank 0 raises
-    `steps` (up to `max_steps`) so the timed part lasts about that long, and tells every rank.
+    `steps` timed steps follow `warmup` untimed ones. With a time budget (train_worker's `budget_s`),
+    or without one `min_time_s` > 0, rank 0 picks the count between `steps` and `max_steps` so the
+    timed rounds last about the share (labutils.model.repetitions.plan_reps), and tells every rank.
     """
 
     width: int
@@ -123,24 +149,13 @@ def _flat_gradients(model, device: str):
     return flat
 
 
-def _agree_steps(cfg: StepConfig, device: str, warm_step_s: float) -> int:
-    """Rank 0 decides how many steps to time and broadcasts it: every rank runs the same count.
-
-    min(max_steps, max(steps, ceil(min_time_s / warm_step_s))) with `min_time_s` > 0, else `steps`.
-    """
-    longest = cfg.max_steps if cfg.min_time_s > 0 else cfg.steps
-    return agree_iters(max(warm_step_s, 1e-6) * 1e3, cfg.min_time_s * 1e3, cfg.steps, longest, device)
-
-
 class RankStep:
     """The model, optimizer and this rank's batch for one StepConfig, and the step itself."""
 
     def __init__(self, cfg: StepConfig, ctx):
         self.cfg, self.device, self.world = cfg, ctx.device, ctx.world_size
-        model = build_mlp(cfg.width, cfg.depth, cfg.seed).to(ctx.device)
-        x, y = synthetic_batch(cfg.batch_per_rank * ctx.world_size, cfg.width, cfg.seed + 1)
-        part = rank_slice(len(x), ctx.rank, ctx.world_size)
-        self.x, self.y = x[part].to(ctx.device), y[part].to(ctx.device)
+        model = build_mlp(cfg.width, cfg.depth, cfg.seed, ctx.device)
+        self.x, self.y = rank_batch(cfg.batch_per_rank, cfg.width, ctx.rank, cfg.seed + 1, ctx.device)
         self.flat = _flat_gradients(model, ctx.device) if cfg.mode == "no_overlap" else None
         if cfg.mode == "single":
             self.model = model
@@ -238,50 +253,76 @@ def _check_world(cfg: StepConfig, world_size: int) -> None:
         raise LabInputError(f"mode {cfg.mode!r} needs at least 2 ranks, got {world_size}")
 
 
-def _warm_up(step: RankStep, warmup: int) -> float:
-    """Run `warmup` untimed steps (at least one: DDP settles its buckets in the first); seconds per step."""
-    started = time.perf_counter()
+def _warm_up(step: RankStep, warmup: int) -> None:
+    """Run `warmup` untimed steps (at least one: DDP settles its buckets in the first)."""
     for _ in range(max(1, warmup)):
         step.run(None)
     synchronize(step.device)
-    return (time.perf_counter() - started) / max(1, warmup)
 
 
-def train_worker(ctx, configs: list[StepConfig], ddp_reference: bool = True, interleave: bool = True) -> list[dict]:
+def _round(steps: dict, ddp_reference: bool, plans: dict | None = None, r: int = 0) -> dict:
+    """One timed step of every configuration in `steps` (those whose plan has more than `r`
+    repetitions), in turn: {index: row}."""
+    return {index: _time_one_step(step, ddp_reference and step.cfg.mode == "ddp") for index, step in steps.items()
+            if plans is None or r < plans[index].reps}
+
+
+def _plan(cfg: StepConfig, round_s_: float, share_s: float | None) -> Reps:
+    """One configuration's repetitions: as many rounds as fit its share of the budget (without a
+    budget, its `min_time_s`), between its `steps` and `max_steps` (repetitions.plan_reps); with
+    neither, its `steps`, not cut."""
+    if share_s is None:
+        if cfg.min_time_s <= 0:
+            return Reps(cfg.steps, budget_cut=False, fits=True)
+        share_s = cfg.min_time_s
+    return plan_reps(round_s_, share_s, cfg.steps, cfg.max_steps)
+
+
+def train_worker(ctx, configs: list[StepConfig], ddp_reference: bool = True, interleave: bool = True,
+                 budget_s: float | None = None) -> list[dict]:
     """Run the StepConfigs on this rank; return one row per timed step (means over ranks).
 
     With `interleave`, all configurations are built and warmed up first, then timed in rounds
     (one step of each per round), so a change in the machine's load touches them all alike;
-    else one after the other. Every rank makes the same collective calls in the same order:
-    step counts come from rank 0, each step starts after a barrier, rows are averaged at the end.
+    else one after the other (each its own group). Repetitions: after warm-up ONE complete round
+    of the group (line-ups, DDP's reference backward, every configuration) is timed on the wall
+    clock; rank 0 picks how many rounds fit the group's share of `budget_s` (split evenly over the
+    configurations, `_plan`) and broadcasts the counts (timing.agree_reps), so every rank makes the
+    same collective calls in the same order and they stop together. Each row carries `reps` and
+    `budget_cut`.
     """
     rows = []
     groups = [list(enumerate(configs))] if interleave else [[pair] for pair in enumerate(configs)]
     for group in groups:
-        steps, counts = {}, {}
+        steps = {}
         for index, cfg in group:
             _check_world(cfg, ctx.world_size)
             steps[index] = RankStep(cfg, ctx)
-            counts[index] = _agree_steps(cfg, ctx.device, _warm_up(steps[index], cfg.warmup))
+            _warm_up(steps[index], cfg.warmup)
+        probe_s = round_s(lambda: _round(steps, ddp_reference), ctx.device)  # noqa: B023 (called right here)
+        share = None if budget_s is None else budget_s * len(group) / len(configs)
+        agreed = agree_reps([_plan(cfg, probe_s, share) for _, cfg in group], ctx.device)
+        plans = dict(zip(steps, agreed))
         timed = {index: [] for index in steps}
-        for r in range(max(counts.values())):
-            for index, step in steps.items():
-                if r < counts[index]:
-                    timed[index].append(_time_one_step(step, ddp_reference and step.cfg.mode == "ddp"))
-            ctx.report({"done": r + 1, "of": max(counts.values())})
+        longest = max(p.reps for p in agreed)
+        for r in range(longest):
+            for index, row in _round(steps, ddp_reference, plans, r).items():
+                timed[index].append(row)
+            ctx.report({"done": r + 1, "of": longest})
         for index, step in steps.items():
-            rows += _finish_rows(step, _mean_over_ranks(timed[index], ctx.device), index, ctx)
+            rows += _finish_rows(step, _mean_over_ranks(timed[index], ctx.device), index, ctx, plans[index])
     return rows
 
 
-def _finish_rows(step: RankStep, timed: list[dict], index: int, ctx) -> list[dict]:
+def _finish_rows(step: RankStep, timed: list[dict], index: int, ctx, plan: Reps) -> list[dict]:
     """Label one configuration's rows with its settings; `other_ms` makes the parts add up."""
     cfg = step.cfg
     flat_ms = _flat_allreduce_ms(step) if cfg.mode == "ddp" else math.nan
     for i, row in enumerate(timed):
         row.update(asdict(cfg), run=index, step=i, world_size=ctx.world_size, backend=ctx.backend,
                    device=ctx.device.split(":")[0], gradient_bytes=cfg.gradient_bytes,
-                   global_batch=cfg.batch_per_rank * ctx.world_size, flat_allreduce_ms=flat_ms)
+                   global_batch=cfg.batch_per_rank * ctx.world_size, flat_allreduce_ms=flat_ms, reps=plan.reps,
+                   budget_cut=plan.budget_cut)
         row["other_ms"] = row["step_ms"] - sum(row[k] for k in DDP_SECTIONS)
     return timed
 
@@ -294,10 +335,8 @@ def contention_worker(ctx, width: int, depth: int = 4, batch_per_rank: int = 32,
     gloo's threads and backward run on the ranks' cores) makes it their sum or more. Median over
     `reps` aligned repetitions (one untimed first); each figure is the slowest rank's (ms).
     """
-    model = build_mlp(width, depth).to(ctx.device)
-    x, y = synthetic_batch(batch_per_rank * ctx.world_size, width, 1)
-    part = rank_slice(len(x), ctx.rank, ctx.world_size)
-    x, y = x[part].to(ctx.device), y[part].to(ctx.device)
+    model = build_mlp(width, depth, 0, ctx.device)
+    x, y = rank_batch(batch_per_rank, width, ctx.rank, 1, ctx.device)
     count = mlp_param_count(width, depth)
     alone, beside = torch.zeros(count, device=ctx.device), torch.zeros(count, device=ctx.device)
 
@@ -340,15 +379,13 @@ def ddp_timeline_worker(ctx, width: int = 256, depth: int = 4, batch_per_rank: i
                     warmup: int = 2, seed: int = 0) -> dict:
     """One DDP training step (forward, backward with bucketed all-reduces, SGD) recorded on this rank.
 
-    The model and batch are notebook 08's (labutils.experiments.data_parallel.build_mlp, synthetic_batch).
+    The model and batch are notebook 08's (build_mlp, rank_batch).
     Returns {"rank", "trace"}.
     """
-    model = build_mlp(width, depth, seed).to(ctx.device)
+    model = build_mlp(width, depth, seed, ctx.device)
     ids = [torch.device(ctx.device).index] if ctx.device.startswith("cuda") else None
     ddp = DDP(model, device_ids=ids, bucket_cap_mb=bucket_cap_mb)
-    x, y = synthetic_batch(batch_per_rank * ctx.world_size, width, seed + 1)
-    part = rank_slice(len(x), ctx.rank, ctx.world_size)
-    x, y = x[part].to(ctx.device), y[part].to(ctx.device)
+    x, y = rank_batch(batch_per_rank, width, ctx.rank, seed + 1, ctx.device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
     def step():

@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from labutils.core.inputs import check_choice, check_int
+from labutils.core.inputs import check_choice, check_int, check_range
 from labutils.core.progress import rank_progress
 from labutils.experiments.tensor_parallel import (
     LayerSize,
@@ -40,10 +40,12 @@ from labutils.experiments.tensor_parallel import (
     shard,
     timed_step,
     tp_block_step,
+    weights_checksum,
 )
 from labutils.measure.pool import shared_pool
 from labutils.measure.timeline import Timeline, profile_step, record_timeline
-from labutils.measure.timing import SectionTimer, agree_iters, barrier, line_up
+from labutils.measure.timing import SectionTimer, across_ranks, agree_reps, barrier, line_up, round_s
+from labutils.model.repetitions import Reps, dropped_sentence, fit_sizes, plan_reps, share_budget
 from labutils.model.toy_split import split_columns
 
 # --- 1. the sizes, a pure function of the route ------------------------------------------------------
@@ -128,27 +130,25 @@ def _time_one_repetition(ctx, mode: str, step):
     return times
 
 
-def _time_interleaved(ctx, steps: dict, warmup: int, min_reps: int, max_reps: int, target_ms: float) -> dict:
-    """Time every variant in `steps` ({(mode, chunks): step}) in turn, repetition by repetition.
+def _one_round(ctx, steps: dict) -> dict:
+    """One repetition of every variant in `steps`, in turn: {variant: StepTimes or None}."""
+    return {v: _time_one_repetition(ctx, v[0], step) for v, step in steps.items()}
+
+
+def _time_interleaved(ctx, steps: dict, reps: int) -> dict:
+    """Time every variant in `steps` ({(mode, chunks): step}) in turn, `reps` repetitions.
 
     Interleaving pairs the samples in time: a burst of load elsewhere on the machine hits the
-    one-rank and the split runs alike. Warm-up is not timed; rank 0 turns its warm-up into a
-    repetition count (about `target_ms` for all variants together) and broadcasts it.
-    Returns {variant: (this rank's StepTimes list, [step_ms, compute_slowest_ms] per repetition)},
-    where step_ms is the slowest rank's total and compute_slowest_ms the slowest rank's compute
-    (all-reduce MAX; for "whole", rank 0's own), or {} on ranks that did not take part.
+    one-rank and the split runs alike. One untimed round first (the sizes before this one ran
+    since its warm-up). Returns {variant: (this rank's StepTimes list, [step_ms, compute_slowest_ms]
+    per repetition)}, where step_ms is the slowest rank's total and compute_slowest_ms the slowest
+    rank's compute (all-reduce MAX; for "whole", rank 0's own), or {} on ranks that did not take part.
     """
-    warm = {v: [] for v in steps}
-    for _ in range(warmup):
-        for v, step in steps.items():
-            t = _time_one_repetition(ctx, v[0], step)
-            warm[v].append(t.total_ms if t else 0.0)
-    probe_ms = sum(float(np.median(w)) for w in warm.values()) if warmup else 0.0
-    reps = agree_iters(probe_ms, target_ms, min_reps, max_reps, ctx.device)
+    _one_round(ctx, steps)
     samples = {v: [] for v in steps}
     for _ in range(reps):
-        for v, step in steps.items():
-            samples[v].append(_time_one_repetition(ctx, v[0], step))
+        for v, t in _one_round(ctx, steps).items():
+            samples[v].append(t)
     out = {}
     for v, times in samples.items():
         if v[0] == "whole" and ctx.rank != 0:
@@ -159,6 +159,17 @@ def _time_interleaved(ctx, steps: dict, warmup: int, min_reps: int, max_reps: in
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         out[v] = (times, slowest.cpu().tolist())
     return out
+
+
+def _size_steps(ctx, size: LayerSize, variants, seed: int, dtype: str, activation: str) -> dict:
+    """The steps of every variant for one size, on weights every rank holds alike (checked: the
+    checksum's max and min over ranks agree, one small all-reduce each)."""
+    full = mlp_weights(size.hidden, size.ffn, seed, dtype, ctx.device)
+    spread = across_ranks(weights_checksum(full), ctx.device)
+    if spread.max != spread.min:
+        raise RuntimeError(f"ranks drew different weights for {size} (checksums {spread.min!r}..{spread.max!r})")
+    part = shard(full, ctx.rank, ctx.world_size)
+    return {v: _step_for(ctx, full, part, size, *v, seed, dtype, activation) for v in variants}
 
 
 def _step_for(ctx, full: MLPWeights, part: MLPWeights, size: LayerSize, mode: str, chunks: int, seed: int,
@@ -174,7 +185,7 @@ def _step_for(ctx, full: MLPWeights, part: MLPWeights, size: LayerSize, mode: st
 
 def time_layers_worker(ctx, sizes, modes=("whole", "split"), chunks=(1,), seed: int = 0, dtype: str = "float32",
                        activation: str = "relu", warmup: int = 3, min_reps: int = 5, max_reps: int = 200,
-                       target_ms: float = 200.0) -> list[dict]:
+                       budget_s: float = 1.0) -> dict:
     """For every size, time all modes interleaved repetition by repetition (see `_time_interleaved`).
 
     "whole": rank 0 alone runs the whole layer while the other ranks wait in a barrier (T1);
@@ -182,34 +193,70 @@ def time_layers_worker(ctx, sizes, modes=("whole", "split"), chunks=(1,), seed: 
     "halves": every rank its shard and no all-reduce (the split's compute alone, for eta);
     "replica": every rank the whole layer on its own input, no communication (two replicas);
     "overlap": the split with k in `chunks` asynchronous all-reduces overlapping the compute.
-    One dict per (size, mode, k) and rank taking part: the rank's median serial / compute /
-    communication / total, `step_ms`, the median over repetitions of the slowest rank's total
-    (what the step took), and `compute_slowest_ms`, the same for the compute part (each step
-    waits for the slower half).
+
+    Repetitions from the budget: per size, `warmup` rounds, then ONE round timed on the wall clock
+    (timing.round_s: everything a repetition does); rank 0 drops the largest sizes (in flops) when
+    `min_reps` rounds of all do not fit `budget_s` (repetitions.fit_sizes), shares the budget over
+    the rest (repetitions.share_budget), picks each size's count (repetitions.plan_reps) and
+    broadcasts them (timing.agree_reps).
+    Returns {"rows", "round_s", "dropped"}: one row per (size, mode, k) and rank taking part: the
+    rank's median serial / compute / communication / total, `step_ms`, the median over repetitions
+    of the slowest rank's total (what the step took), `compute_slowest_ms`, the same for the compute
+    part (each step waits for the slower half), `reps` and `budget_cut`; `round_s` per size (rank
+    0's) and the dropped sizes as (batch, hidden, ffn).
     """
     for mode in modes:
         check_choice("mode", mode, LAYER_MODES)
     variants = [(mode, int(k)) for mode in modes for k in (chunks if mode == "overlap" else (1,))]
-    rows = []
-    for i, raw in enumerate(sizes):
-        size = as_size(raw)
-        full = mlp_weights(size.hidden, size.ffn, seed, dtype, ctx.device)
-        part = shard(full, ctx.rank, ctx.world_size)
-        steps = {v: _step_for(ctx, full, part, size, *v, seed, dtype, activation) for v in variants}
-        for (mode, k), (samples, (step_ms, compute_ms)) in _time_interleaved(ctx, steps, warmup, min_reps,
-                                                                            max_reps, target_ms).items():
+    sizes = [as_size(raw) for raw in sizes]
+    rounds = []
+    for size in sizes:
+        steps = _size_steps(ctx, size, variants, seed, dtype, activation)
+        for _ in range(warmup):
+            _one_round(ctx, steps)
+        rounds.append(round_s(lambda: _one_round(ctx, steps), ctx.device))  # noqa: B023 (called right here)
+        del steps
+    by_size = sorted(range(len(sizes)), key=lambda i: sizes[i].flops)  # fit_sizes drops the largest first
+    kept = [by_size[k] for k in fit_sizes([rounds[i] for i in by_size], budget_s, min_reps)[0]]
+    shares = dict(zip(kept, share_budget([rounds[i] for i in kept], budget_s, min_reps, max_reps)))
+    plans = agree_reps([plan_reps(rounds[i], shares[i], min_reps, max_reps) if i in shares else Reps(0, True, False)
+                        for i in range(len(sizes))], ctx.device)
+    rows, dropped = [], []
+    for i, (size, plan) in enumerate(zip(sizes, plans)):
+        if plan.reps == 0:
+            dropped.append(astuple(size))
+            ctx.report({"done": i + 1, "of": len(sizes)})
+            continue
+        steps = _size_steps(ctx, size, variants, seed, dtype, activation)
+        for (mode, k), (samples, (step_ms, compute_ms)) in _time_interleaved(ctx, steps, plan.reps).items():
             rows.append({"rank": ctx.rank, "ranks": 1 if mode == "whole" else ctx.world_size, "mode": mode,
                          "chunks": k, "batch": size.batch, "hidden": size.hidden, "ffn": size.ffn, "dtype": dtype,
-                         "reps": len(samples), **median_times(samples), "step_ms": float(np.median(step_ms)),
-                         "step_p90_ms": float(np.percentile(step_ms, 90)),
+                         "reps": len(samples), "budget_cut": plan.budget_cut, **median_times(samples),
+                         "step_ms": float(np.median(step_ms)), "step_p90_ms": float(np.percentile(step_ms, 90)),
                          "compute_slowest_ms": float(np.median(compute_ms))})
         ctx.report({"done": i + 1, "of": len(sizes)})
-    return rows
+    return {"rows": rows, "round_s": rounds, "dropped": dropped}
+
+
+def layer_frame(per_rank: list[dict], budget_s: float, min_reps: int) -> pd.DataFrame:
+    """The rows of every rank as one frame; `attrs` holds the budget, the sizes it dropped
+    ("dropped_sizes", (batch, hidden, ffn) each), rank 0's round per size and the sentence saying so."""
+    frame = pd.DataFrame([row for out in per_rank for row in out["rows"]])
+    dropped = [tuple(d) for d in per_rank[0]["dropped"]]
+    frame.attrs.update(budget_s=budget_s, dropped_sizes=dropped, round_s=list(per_rank[0]["round_s"]),
+                       budget_note=dropped_sentence(dropped, budget_s, min_reps))
+    return frame
+
+
+def budget_note(frame: pd.DataFrame) -> str:
+    """The sentence the notebook prints after `time_layers`: which sizes, if any, the budget left out."""
+    return frame.attrs.get("budget_note", "")
 
 
 def time_layers(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str = "gloo", device: str = "cpu",
                 threads_per_rank: int | None = None, chunks=(1,), quick: bool = True, seed: int = 0,
-                dtype: str = "float32", progress: bool = False, timeout_s: float = 600.0) -> pd.DataFrame:
+                dtype: str = "float32", progress: bool = False, timeout_s: float = 600.0,
+                budget_s: float | None = None) -> pd.DataFrame:
     """Launch `time_layers_worker` on `nproc` ranks; one row per (size, mode, chunks, rank).
 
     `modes` from LAYER_MODES (see time_layers_worker): ("whole", "halves") is the run notebook 07
@@ -219,7 +266,11 @@ def time_layers(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str
     `threads_per_rank` threads when given. "whole" runs on rank 0 of the same launch, so the
     one-rank baseline has the CPUs and threads of one rank of the split: "one device" is the same
     on both sides.
-    quick: 2 warm-up rounds and about 300 ms of repetitions (5..100) per size; else 5 and 2 s (15..400).
+    budget_s: seconds of timed rounds this call may spend, all sizes together (warm-up and the one
+    probe round per size come on top); default 0.3 s per size with `quick`, else 2 s per size.
+    quick: 2 warm-up rounds and 5..100 repetitions per size; else 5 and 15..400. Each row carries
+    its `reps` and `budget_cut`; sizes the budget could not fit are in frame.attrs["dropped_sizes"]
+    (`budget_note(frame)` says so in a sentence).
     """
     nproc = check_int("nproc", nproc, low=1)
     for s in sizes:
@@ -228,14 +279,18 @@ def time_layers(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str
     for mode in modes:
         check_choice("mode", mode, LAYER_MODES)
     chunks = tuple(check_int("chunks", k, low=1) for k in np.atleast_1d(chunks).tolist())
+    if budget_s is None:
+        budget_s = (0.3 if quick else 2.0) * len(sizes)
+    check_range("budget_s", budget_s, low=0, low_open=True, unit="s")
+    min_reps = 5 if quick else 15
     kwargs = {"sizes": [astuple(as_size(s)) for s in sizes], "modes": modes, "chunks": chunks, "seed": seed,
-              "dtype": dtype, "warmup": 2 if quick else 5, "min_reps": 5 if quick else 15,
-              "max_reps": 100 if quick else 400, "target_ms": 300.0 if quick else 2000.0}
+              "dtype": dtype, "warmup": 2 if quick else 5, "min_reps": min_reps,
+              "max_reps": 100 if quick else 400, "budget_s": float(budget_s)}
     with rank_progress(len(sizes), f"{'+'.join(modes)} on {nproc} rank(s)", progress, unit="size",
                        leave=True) as on_report:
         per_rank = shared_pool(nproc, backend, device, threads_per_rank).run(
             time_layers_worker, kwargs=kwargs, timeout_s=timeout_s, on_report=on_report)
-    return pd.DataFrame([row for rows in per_rank for row in rows])
+    return layer_frame(per_rank, float(budget_s), min_reps)
 
 
 def overlap_timeline_worker(ctx, size=(32, 256), chunks: int = 4, warmup: int = 2, seed: int = 0,

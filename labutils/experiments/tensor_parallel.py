@@ -99,26 +99,62 @@ class MLPWeights:
     b2: object
 
 
+WEIGHT_CACHE_LIMIT_BYTES = 256 * 2**20  # a rank keeps at most this much of drawn weights for later calls
+_weight_cache: dict[tuple, MLPWeights] = {}
+
+
+def _weights_bytes(w: MLPWeights) -> int:
+    return sum(t.numel() * t.element_size() for t in (w.W1, w.b1, w.W2, w.b2))
+
+
+def _generator(seed: int, device: str):
+    """A generator on `device` (its own random stream: the same seed gives the same numbers on every
+    rank of one device type, not across CPU and GPU)."""
+    return torch.Generator(device=torch.device(device)).manual_seed(int(seed))
+
+
 def mlp_weights(hidden: int, ffn: int, seed: int = 0, dtype: str = "float32", device: str = "cpu") -> MLPWeights:
     """Deterministic full weights from `seed`, scaled 1/sqrt(fan_in) so outputs stay near 1.
 
-    Drawn in float64 on the CPU and then cast, so every rank (and every dtype) slices the same
-    numbers.
+    Drawn on `device` in float32 with a generator seeded by `seed` and then cast, so every rank
+    (and every dtype, float64 too) slices the same numbers. Kept in this process's cache, keyed by
+    (hidden, ffn, seed, dtype, device), so later calls on the same rank do not draw again; the
+    cache is emptied when it would hold more than WEIGHT_CACHE_LIMIT_BYTES. Callers must not
+    change the tensors in place (megatron's checks work on detached clones).
     """
-    g = torch.Generator().manual_seed(seed)
-    f64 = torch.float64
-    W1 = torch.randn(hidden, ffn, generator=g, dtype=f64) / math.sqrt(hidden)
-    b1 = torch.randn(ffn, generator=g, dtype=f64) * 0.1
-    W2 = torch.randn(ffn, hidden, generator=g, dtype=f64) / math.sqrt(ffn)
-    b2 = torch.randn(hidden, generator=g, dtype=f64) * 0.1
+    key = (int(hidden), int(ffn), int(seed), str(dtype), str(device))
+    if key in _weight_cache:
+        return _weight_cache[key]
+    g = _generator(seed, device)
+    f32 = torch.float32
+
+    def draw(*shape):
+        return torch.randn(*shape, generator=g, dtype=f32, device=device)
+
+    W1 = draw(hidden, ffn) / math.sqrt(hidden)
+    b1 = draw(ffn) * 0.1
+    W2 = draw(ffn, hidden) / math.sqrt(ffn)
+    b2 = draw(hidden) * 0.1
     dt = torch_dtype(dtype)
-    return MLPWeights(*(t.to(device=device, dtype=dt) for t in (W1, b1, W2, b2)))
+    weights = MLPWeights(*(t.to(dtype=dt) for t in (W1, b1, W2, b2)))
+    size = _weights_bytes(weights)
+    if size + sum(_weights_bytes(w) for w in _weight_cache.values()) > WEIGHT_CACHE_LIMIT_BYTES:
+        _weight_cache.clear()
+    if size <= WEIGHT_CACHE_LIMIT_BYTES:
+        _weight_cache[key] = weights
+    return weights
+
+
+def weights_checksum(w: MLPWeights) -> float:
+    """sum(|W1| + |b1| + |W2| + |b2|) in float64: equal on ranks holding the same weights."""
+    return float(sum(t.double().abs().sum() for t in (w.W1, w.b1, w.W2, w.b2)))
 
 
 def mlp_input(batch: int, hidden: int, seed: int = 0, dtype: str = "float32", device: str = "cpu"):
-    """Deterministic input x (batch x hidden), standard normal, from `seed` (other stream than the weights)."""
-    g = torch.Generator().manual_seed(seed + 1_000_003)
-    return torch.randn(batch, hidden, generator=g, dtype=torch.float64).to(device=device, dtype=torch_dtype(dtype))
+    """Deterministic input x (batch x hidden), standard normal, drawn on `device` in float32 from
+    `seed` (other stream than the weights) and cast to `dtype`."""
+    g = _generator(seed + 1_000_003, device)
+    return torch.randn(batch, hidden, generator=g, dtype=torch.float32, device=device).to(torch_dtype(dtype))
 
 
 def shard(weights: MLPWeights, rank: int, world_size: int) -> MLPWeights:

@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -165,3 +165,23 @@ def agree_iters(probe_ms: float, budget_ms: float, min_iters: int, max_iters: in
     if group_size() > 1:
         dist.broadcast(iters, src=0)
     return int(iters.item())
+
+
+def round_s(run_round: Callable[[], object], device: str = "cpu") -> float:
+    """Wall-clock seconds of one complete round, `run_round()` between a barrier and the drained
+    device: every barrier, line-up step, reference pass and variant the round makes is inside."""
+    barrier(device)
+    started = time.perf_counter()
+    run_round()
+    synchronize(device)
+    return time.perf_counter() - started
+
+
+def agree_reps(plans: list, device: str) -> list:
+    """Rank 0's repetition plans (labutils.model.repetitions.Reps) on every rank: each rank passes
+    its own, rank 0's are broadcast, so all ranks run the same counts and stop together."""
+    flat = [[p.reps, int(p.budget_cut), int(p.fits)] for p in plans]
+    t = torch.tensor(flat, dtype=torch.int64, device=device).reshape(len(plans), 3)
+    if dist.is_available() and dist.is_initialized():
+        dist.broadcast(t, src=0)
+    return [replace(p, reps=int(r), budget_cut=bool(c), fits=bool(f)) for p, (r, c, f) in zip(plans, t.cpu().tolist())]
