@@ -237,8 +237,8 @@ def test_scaling_experiment_measures_no_configuration_twice_and_shares_the_budge
         seen.append((nproc, list(configs), budget_s))
         return pd.DataFrame({"run": range(len(configs))})
 
-    def n_ranks(configs, nproc, *args, budget_s=None, **kwargs):
-        return one_rank(configs, nproc, budget_s=budget_s), None
+    def n_ranks(configs, nproc, *args, budget_s=None, ranks=None, **kwargs):
+        return one_rank(configs, ranks or nproc, budget_s=budget_s), None  # ranks=1: rank 0 of the pool alone
 
     monkeypatch.setattr(data_parallel, "measure_ddp_steps", one_rank)
     monkeypatch.setattr(data_parallel, "_launch", n_ranks)

@@ -9,6 +9,7 @@ import torch
 from labutils import cli
 from labutils.core.inputs import LabInputError
 from labutils.course import machine
+from labutils.course.machine import FULL_BUDGET_S, QUICK_BUDGET_S, SHARES, Budget, budget_seconds
 from labutils.readers import cpus as lab_cpus
 from labutils.readers.topology import list_samples
 
@@ -217,3 +218,50 @@ def test_detect_case_names_gpus_from_nvml_without_a_context(fake_gpus):
     assert case.gpu_names == tuple(f"NVIDIA H100 80GB HBM3 #{i}" for i in range(4))
     assert machine.detect_case(gpu_count=2).gpu_names == ("GPU0", "GPU1")
     assert calls == []
+
+
+# --- the measuring budget ------------------------------------------------------------------------------
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_budget_s_defaults_and_checks():
+    assert budget_seconds(False) == FULL_BUDGET_S == 40.0 and budget_seconds(True) == QUICK_BUDGET_S == 12.0
+    assert budget_seconds(True, 30) == 30.0
+    for bad in (0, -5, 1e6, float("nan"), "40"):
+        with pytest.raises(LabInputError, match="budget_s"):
+            budget_seconds(False, bad)
+
+
+def test_shares_come_out_of_what_is_left():
+    clock = FakeClock()
+    budget = Budget("07_validating_the_budget", 40.0, clock)
+    clock.now += 4.0  # rank start-up and the link: paid from the budget
+    first = budget.share("before the split")
+    assert first == pytest.approx(36.0 * 0.3)
+    clock.now += 20.0  # the first experiment overran its share
+    second = budget.share("the split")
+    assert second == pytest.approx(16.0 * 0.45 / 0.7)
+    clock.now += second
+    assert budget.share("overlap") == pytest.approx(40.0 - 24.0 - second)
+    with pytest.raises(LabInputError, match="overlap"):
+        budget.share("overlap")  # each once
+
+
+def test_an_exhausted_budget_gives_zero_not_a_negative_share():
+    clock = FakeClock()
+    budget = Budget("08_data_parallel_training", 12.0, clock)
+    clock.now += 30.0
+    assert budget.share("one rank") == 0.0 and budget.left_s() < 0
+
+
+def test_every_measuring_notebook_shares_all_of_its_budget():
+    for name, fractions in SHARES.items():
+        assert sum(fractions.values()) == pytest.approx(1.0), name
+    with pytest.raises(LabInputError, match="06_time_budget"):
+        Budget("06_time_budget", 10.0)

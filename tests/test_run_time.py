@@ -4,7 +4,7 @@ import pytest
 
 from labutils.course.plans import notebook_plan
 from labutils.course.runner import find_notebooks, notebook_parameters
-from labutils.model.run_time import MACHINES, Machine, Measurement, NotebookPlan, plan_reps, predict
+from labutils.model.run_time import MACHINES, Machine, Measurement, NotebookPlan, predict
 
 NOTEBOOKS = {p.stem: notebook_parameters(p) for p in find_notebooks()}
 
@@ -32,13 +32,6 @@ def test_the_plans_read_the_notebooks_parameters():
     assert longer.total_s > shorter.total_s + 15  # the small sizes reach their repetition cap
 
 
-def test_plan_reps_fits_the_share():
-    assert plan_reps(0.01, 1.0, 3, 400).reps == 100
-    assert plan_reps(0.001, 1.0, 3, 400).reps == 400  # capped
-    r = plan_reps(1.0, 2.0, 3, 400)
-    assert (r.reps, r.fits) == (3, False)
-
-
 def _machine(**kw):
     base = dict(name="m", cores=4, gpus=0, flops_per_s=1e10, alpha_us=100.0, busbw_GBps=1.0, memory_bytes=1e10,
                 startup_s=2.0, kernel_s=1.0, call_s=0.0, figure_s=0.0)
@@ -56,9 +49,12 @@ def test_startup_comes_out_of_the_budget():
 
 def test_a_size_whose_minimum_does_not_fit_is_dropped():
     m = Measurement("x", (0.1, 5.0), 1.0, warmup=1, min_reps=3, max_reps=100)
-    got = predict(_machine(startup_s=0.0), NotebookPlan("n", 4.0, 0, 0, 0, (m,)))
+    got = predict(_machine(startup_s=0.0), NotebookPlan("n", 20.0, 0, 0, 0, (m,)))
     assert got.dropped == ("x",)
-    assert got.parts_s["x"] == pytest.approx((1 + 1 + 20) * 0.1 + 2 * 5.0)
+    # both sizes warmed up and probed (10.2 s of the 20); 4 rounds of both would not fit the 9.8 s
+    # left, so the large one is dropped and the small one gets 1 untimed round and 97 repetitions
+    assert got.parts_s["x"] == pytest.approx(2 * (0.1 + 5.0) + (1 + 97) * 0.1)
+    assert got.parts_s["x"] <= 20.0 + 1e-9
 
 
 def test_ranks_sharing_one_gpu_share_its_rate():

@@ -171,7 +171,7 @@ def test_weights_come_from_the_cache_and_the_cache_stays_bounded(monkeypatch):
 def test_weights_are_drawn_on_the_gpu_alike_on_two_ranks():
     from rank_workers import weights_worker
 
-    from labutils.measure.launch import launch
+    from labutils.measure.pool import launch
 
     out = launch(weights_worker, 2, backend="gloo", device="cuda", timeout_s=120)
     assert out[0]["checksum"] == out[1]["checksum"] and out[0]["first"] == out[1]["first"]
@@ -182,7 +182,7 @@ def test_weights_are_drawn_on_the_gpu_alike_on_two_ranks():
 def test_two_ranks_draw_the_same_weights_in_float32_on_their_device():
     from rank_workers import weights_worker
 
-    from labutils.measure.launch import launch
+    from labutils.measure.pool import launch
 
     out = launch(weights_worker, 2, timeout_s=90)
     assert out[0]["checksum"] == out[1]["checksum"] and out[0]["first"] == out[1]["first"]

@@ -1,16 +1,20 @@
-"""Which case this machine is in (CPU only, one GPU, several GPUs) and what the lab measures there."""
+"""Which case this machine is in (CPU only, one GPU, several GPUs), what the lab measures there, and
+how long it may measure: every measuring notebook has a `budget_s` parameter, the seconds its
+measurements may take on any machine (40 s in full mode, 12 s in quick mode), handed out over its
+experiments by a `Budget` clock started before its first ranks, so rank start-up comes out of it."""
 
 from __future__ import annotations
 
 import os
 import platform
 import shutil
+import time
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
 
-from labutils.core.inputs import check_choice, check_int
+from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.core.results import to_json
 from labutils.measure.launch import (
     RankError,
@@ -23,6 +27,50 @@ from labutils.measure.launch import (
 from labutils.measure.placement import machine_placement
 from labutils.measure.pool import launch
 from labutils.readers.cpus import NumaNode, cpu_layout
+
+FULL_BUDGET_S = 40.0  # seconds of measuring per notebook in full mode, on any machine
+QUICK_BUDGET_S = 12.0
+
+SHARES = {  # each measuring notebook's experiments and the fraction of its budget each gets
+    "02_allreduce_sweep": {"sweep": 0.7, "sweep beside": 0.3},
+    "03_ring_by_hand": {"hand ring": 1.0},
+    "05_tensor_parallel": {"one split step": 1.0},
+    "07_validating_the_budget": {"before the split": 0.3, "the split": 0.45, "overlap": 0.25},
+    "08_data_parallel_training": {"one rank": 0.3, "N ranks": 0.6, "contention": 0.1},
+}
+
+
+def budget_seconds(quick: bool, budget: float | None = None) -> float:
+    """The notebook's measuring budget: `budget` when given (checked), else 40 s full, 12 s quick."""
+    if budget is None:
+        return QUICK_BUDGET_S if quick else FULL_BUDGET_S
+    check_range("budget_s", budget, low=1, high=3600, unit="s")
+    return float(budget)
+
+
+class Budget:
+    """A notebook's measuring budget as a clock, started when made (before its first ranks start):
+    `share(what)` hands experiment `what` its fraction of the seconds left, shared among the
+    experiments not yet run, so that rank start-up, and any overrun of an earlier experiment,
+    comes out of the later ones and the notebook's measuring stays near `total_s`."""
+
+    def __init__(self, name: str, total_s: float, clock=time.monotonic):
+        if name not in SHARES:
+            raise LabInputError(f"notebook {name!r} has no measuring budget (those with one: {', '.join(SHARES)})")
+        self.name, self.total_s, self._clock = name, float(total_s), clock
+        self._start, self._waiting = clock(), dict(SHARES[name])
+
+    def left_s(self) -> float:
+        return self.total_s - (self._clock() - self._start)
+
+    def share(self, what: str) -> float:
+        """Seconds for experiment `what` (each once): left x its fraction / the fractions still waiting."""
+        if what not in self._waiting:
+            raise LabInputError(f"{what!r} is not a waiting experiment of {self.name} "
+                                f"(waiting: {', '.join(self._waiting) or 'none'})")
+        rest = sum(self._waiting.values())
+        return max(0.0, self.left_s()) * self._waiting.pop(what) / rest
+
 
 
 @dataclass(frozen=True)

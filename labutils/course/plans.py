@@ -3,7 +3,7 @@
 Every measuring notebook has a `budget_s` parameter: the seconds its measurements may take, the
 same on any machine (`budget_s(quick)`: 40 s in full mode, 12 s in quick mode). `Budget(name,
 budget_s)` hands it out over the notebook's experiments; each experiment then fits its
-repetitions to its share (labutils.model.repetitions).
+repetitions to its share (labutils.model.sizing).
 
 `notebook_plan(name, machine, params)` is the same notebook seen by the run-time model
 (labutils.model.run_time): its rank sets, calls, figures and, per measurement, the predicted
@@ -15,56 +15,11 @@ and a link before 04, 07 and 08 run (the course order), so they measure none of 
 
 from __future__ import annotations
 
-import time
-
 from labutils.core.busbw import sweep_sizes
-from labutils.core.inputs import LabInputError, check_range
+from labutils.core.inputs import LabInputError
+from labutils.course.machine import SHARES, budget_seconds
 from labutils.model import sizing
 from labutils.model.run_time import Machine, Measurement, NotebookPlan, predict
-
-FULL_BUDGET_S = 40.0  # seconds of measuring per notebook in full mode, on any machine
-QUICK_BUDGET_S = 12.0
-
-SHARES = {  # each measuring notebook's experiments and the fraction of its budget each gets
-    "02_allreduce_sweep": {"sweep": 0.7, "sweep beside": 0.3},
-    "03_ring_by_hand": {"hand ring": 1.0},
-    "05_tensor_parallel": {"one split step": 1.0},
-    "07_validating_the_budget": {"before the split": 0.3, "the split": 0.45, "overlap": 0.25},
-    "08_data_parallel_training": {"one rank": 0.3, "N ranks": 0.6, "contention": 0.1},
-}
-
-
-def budget_s(quick: bool, budget: float | None = None) -> float:
-    """The notebook's measuring budget: `budget` when given (checked), else 40 s full, 12 s quick."""
-    if budget is None:
-        return QUICK_BUDGET_S if quick else FULL_BUDGET_S
-    check_range("budget_s", budget, low=1, high=3600, unit="s")
-    return float(budget)
-
-
-class Budget:
-    """A notebook's measuring budget as a clock, started when made (before its first ranks start):
-    `share(what)` hands experiment `what` its fraction of the seconds left, shared among the
-    experiments not yet run, so that rank start-up, and any overrun of an earlier experiment,
-    comes out of the later ones and the notebook's measuring stays near `total_s`."""
-
-    def __init__(self, name: str, total_s: float, clock=time.monotonic):
-        if name not in SHARES:
-            raise LabInputError(f"notebook {name!r} has no measuring budget (those with one: {', '.join(SHARES)})")
-        self.name, self.total_s, self._clock = name, float(total_s), clock
-        self._start, self._waiting = clock(), dict(SHARES[name])
-
-    def left_s(self) -> float:
-        return self.total_s - (self._clock() - self._start)
-
-    def share(self, what: str) -> float:
-        """Seconds for experiment `what` (each once): left x its fraction / the fractions still waiting."""
-        if what not in self._waiting:
-            raise LabInputError(f"{what!r} is not a waiting experiment of {self.name} "
-                                f"(waiting: {', '.join(self._waiting) or 'none'})")
-        rest = sum(self._waiting.values())
-        return max(0.0, self.left_s()) * self._waiting.pop(what) / rest
-
 
 # --- the notebooks as the run-time model sees them ------------------------------------------------
 
@@ -90,7 +45,7 @@ def notebook_plan(name: str, machine: Machine, params: dict) -> NotebookPlan:
     """The plan of notebook `name` on `machine` with the parameters `params` (its parameters cell
     with any overrides; `quick` and `budget_s` among them)."""
     quick = bool(params.get("quick", False))
-    budget = budget_s(quick, params.get("budget_s"))
+    budget = budget_seconds(quick, params.get("budget_s"))
     frac = SHARES.get(name, {})
     nproc = int(params.get("nproc") or 2)
     rates = machine.rates(2)
@@ -126,35 +81,38 @@ def notebook_plan(name: str, machine: Machine, params: dict) -> NotebookPlan:
     if name == "04_predicting_allreduce":
         return NotebookPlan(name, budget, rank_sets=0, calls=0, figures=3, fixed_s=0.5)
     if name == "05_tensor_parallel":
-        layers = sizing.layer_plan(rates, quick)
-        b, h = layers.timing_size
+        b, h = sizing.compute_size(rates.flops_per_s)
         rounds = (sizing.layer_round_s(b, h, ("whole", "split"), rates),)
         return NotebookPlan(name, budget, rank_sets=1, calls=6, figures=3, fixed_s=1.5,
-                            measurements=(Measurement("one split step", rounds, frac["one split step"], 2, 5),))
+                            measurements=(Measurement("one split step", rounds, frac["one split step"],
+                                                      *sizing.LAYER_REPS[quick]),))
     if name == "06_time_budget":
         return NotebookPlan(name, budget, rank_sets=0, calls=0, figures=5, fixed_s=1.0)
     if name == "07_validating_the_budget":
         layers = sizing.layer_plan(rates, quick)
         def rounds(modes, sizes, chunks=(1,)):
             return tuple(sizing.layer_round_s(b, h, modes, rates, 2, chunks) for b, h in sizes)
-        ms = (Measurement("before the split", rounds(("whole", "halves"), layers.sizes), frac["before the split"]),
-              Measurement("the split", rounds(("whole", "split", "replica"), layers.sizes), frac["the split"]),
+        reps = sizing.LAYER_REPS[quick]
+        ms = (Measurement("before the split", rounds(("whole", "halves"), layers.sizes), frac["before the split"],
+                          *reps),
+              Measurement("the split", rounds(("whole", "split", "replica"), layers.sizes), frac["the split"], *reps),
               Measurement("overlap", rounds(("whole", "overlap"), [layers.overlap_size], layers.chunk_counts),
-                          frac["overlap"]))
+                          frac["overlap"], *reps))
         step = sizing.layer_round_s(*layers.overlap_size, ("overlap",), rates, 2, (max(layers.chunk_counts),))
         return NotebookPlan(name, budget, rank_sets=1, calls=5, figures=3, measurements=ms, fixed_s=0.5 + 10 * step)
     if name == "08_data_parallel_training":
         depth = int(params.get("depth") or 4)
-        plan = sizing.ddp_plan(rates, quick, budget, depth, nproc)
+        # sized after the ranks started (the GEMM probe runs on them): from the budget then left
+        plan = sizing.ddp_plan(rates, quick, max(1.0, budget - machine.startup_s), depth, nproc)
         b = plan.batch_per_rank
-        one = tuple(sizing.ddp_step_s(w, depth, k * b, rates, 1)
-                    for w in plan.widths for k in (1, nproc))
-        many = tuple(sizing.ddp_step_s(w, depth, b, rates, nproc) * 1.2 for w in plan.widths for _ in range(2))
+        one = tuple(sizing.ddp_step_s(w, depth, k * b, rates, 1) for w in plan.widths for k in (1, nproc))
+        many = tuple(sizing.ddp_step_s(w, depth, b, rates, nproc) for w in plan.widths for _ in range(2))
         many += tuple(sizing.ddp_step_s(plan.widths[-1], depth, b, rates, nproc) for _ in plan.bucket_caps_mb)
-        probe = (3 * sizing.ddp_step_s(plan.widths[-1], depth, b, rates, nproc),)
-        ms = (Measurement("one rank", one, frac["one rank"], 2, 3, 50),
-              Measurement("N ranks", many, frac["N ranks"], 2, 3, 50),
-              Measurement("contention", probe, frac["contention"], 1, 3, 20))
+        probe = (2 * sizing.ddp_step_s(plan.widths[-1], depth, b, rates, nproc),)  # backward, all-reduce, both
+        reps = (plan.warmup, plan.steps, plan.max_steps)
+        ms = (Measurement("one rank", one, frac["one rank"], *reps, drops=False),
+              Measurement("N ranks", many, frac["N ranks"], *reps, drops=False),
+              Measurement("contention", probe, frac["contention"], 0, 5, 5, drops=False))
         return NotebookPlan(name, budget, rank_sets=1, calls=5, figures=4, measurements=ms,
                             fixed_s=0.5 + 5 * plan.widest_step_s)
     raise LabInputError(f"notebook {name!r} is not one of the course's")

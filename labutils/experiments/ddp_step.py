@@ -18,7 +18,7 @@ after a barrier on CPU), the whole step, and the exposed communication: the all-
 for "no_overlap" (after a barrier timed apart as `wait_ms`: waiting for the slowest rank); for
 "ddp", backward minus a backward without sync measured in the same run (waiting included).
 Warm-up steps are not timed; rank 0 fixes the step count for all from one complete round timed on
-the wall clock and the time budget (labutils.model.repetitions); configurations of one launch
+the wall clock and the time budget (labutils.model.sizing); configurations of one launch
 are timed in interleaved rounds; `summarize` gives the median and p10/p90 over steps. Every
 rank, the one-rank baseline too, runs one CPU thread (`THREADS_PER_RANK`, see `data_parallel.measure_ddp_steps`).
 """
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -48,7 +49,7 @@ from labutils.measure.timing import (
     time_loop,
 )
 from labutils.model.ddp_model import mlp_gradient_bytes, mlp_param_count
-from labutils.model.repetitions import Reps, plan_reps
+from labutils.model.sizing import Reps, plan_reps
 
 DDP_MODES = ("single", "ddp", "no_overlap")
 
@@ -104,7 +105,7 @@ class StepConfig:
 
     `steps` timed steps follow `warmup` untimed ones. With a time budget (train_worker's `budget_s`),
     or without one `min_time_s` > 0, rank 0 picks the count between `steps` and `max_steps` so the
-    timed rounds last about the share (labutils.model.repetitions.plan_reps), and tells every rank.
+    timed rounds last about the share (labutils.model.sizing.plan_reps), and tells every rank.
     """
 
     width: int
@@ -269,7 +270,7 @@ def _round(steps: dict, ddp_reference: bool, plans: dict | None = None, r: int =
 
 def _plan(cfg: StepConfig, round_s_: float, share_s: float | None) -> Reps:
     """One configuration's repetitions: as many rounds as fit its share of the budget (without a
-    budget, its `min_time_s`), between its `steps` and `max_steps` (repetitions.plan_reps); with
+    budget, its `min_time_s`), between its `steps` and `max_steps` (sizing.plan_reps); with
     neither, its `steps`, not cut."""
     if share_s is None:
         if cfg.min_time_s <= 0:
@@ -287,11 +288,12 @@ def train_worker(ctx, configs: list[StepConfig], ddp_reference: bool = True, int
     else one after the other (each its own group). Repetitions: after warm-up ONE complete round
     of the group (line-ups, DDP's reference backward, every configuration) is timed on the wall
     clock; rank 0 picks how many rounds fit the group's share of `budget_s` (split evenly over the
-    configurations, `_plan`) and broadcasts the counts (timing.agree_reps), so every rank makes the
+    configurations, `_plan`; the budget counts from the call's start, so building the models, the
+    warm-up and the probe come out of it) and broadcasts the counts (timing.agree_reps), so every rank makes the
     same collective calls in the same order and they stop together. Each row carries `reps` and
     `budget_cut`.
     """
-    rows = []
+    rows, start, waiting = [], time.perf_counter(), len(configs)
     groups = [list(enumerate(configs))] if interleave else [[pair] for pair in enumerate(configs)]
     for group in groups:
         steps = {}
@@ -300,7 +302,11 @@ def train_worker(ctx, configs: list[StepConfig], ddp_reference: bool = True, int
             steps[index] = RankStep(cfg, ctx)
             _warm_up(steps[index], cfg.warmup)
         probe_s = round_s(lambda: _round(steps, ddp_reference), ctx.device)  # noqa: B023 (called right here)
-        share = None if budget_s is None else budget_s * len(group) / len(configs)
+        # the budget covers the whole call: building, warm-up and the probe come out of it (rank 0's
+        # clock decides, agree_reps broadcasts), and the group takes its part of what is left
+        left_s = None if budget_s is None else max(0.0, budget_s - (time.perf_counter() - start))
+        share = None if left_s is None else left_s * len(group) / waiting
+        waiting -= len(group)
         agreed = agree_reps([_plan(cfg, probe_s, share) for _, cfg in group], ctx.device)
         plans = dict(zip(steps, agreed))
         timed = {index: [] for index in steps}

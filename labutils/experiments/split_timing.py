@@ -17,6 +17,7 @@ rows and never starts a process.
 
 from __future__ import annotations
 
+import time
 from dataclasses import astuple, dataclass
 
 import numpy as np
@@ -45,7 +46,7 @@ from labutils.experiments.tensor_parallel import (
 from labutils.measure.pool import shared_pool
 from labutils.measure.timeline import Timeline, profile_step, record_timeline
 from labutils.measure.timing import SectionTimer, across_ranks, agree_reps, barrier, line_up, round_s
-from labutils.model.repetitions import Reps, dropped_sentence, fit_sizes, plan_reps, share_budget
+from labutils.model.sizing import LAYER_REPS, Reps, dropped_sentence, fit_sizes, plan_reps, share_budget
 from labutils.model.toy_split import split_columns
 
 # --- 1. the sizes, a pure function of the route ------------------------------------------------------
@@ -194,10 +195,11 @@ def time_layers_worker(ctx, sizes, modes=("whole", "split"), chunks=(1,), seed: 
     "replica": every rank the whole layer on its own input, no communication (two replicas);
     "overlap": the split with k in `chunks` asynchronous all-reduces overlapping the compute.
 
-    Repetitions from the budget: per size, `warmup` rounds, then ONE round timed on the wall clock
+    Repetitions from the budget, which counts from the call's start (building, warm-up and the
+    probes come out of it): per size, `warmup` rounds, then ONE round timed on the wall clock
     (timing.round_s: everything a repetition does); rank 0 drops the largest sizes (in flops) when
-    `min_reps` rounds of all do not fit `budget_s` (repetitions.fit_sizes), shares the budget over
-    the rest (repetitions.share_budget), picks each size's count (repetitions.plan_reps) and
+    `min_reps` rounds of all do not fit `budget_s` (sizing.fit_sizes), shares the budget over
+    the rest (sizing.share_budget), picks each size's count (sizing.plan_reps) and
     broadcasts them (timing.agree_reps).
     Returns {"rows", "round_s", "dropped"}: one row per (size, mode, k) and rank taking part: the
     rank's median serial / compute / communication / total, `step_ms`, the median over repetitions
@@ -209,16 +211,20 @@ def time_layers_worker(ctx, sizes, modes=("whole", "split"), chunks=(1,), seed: 
         check_choice("mode", mode, LAYER_MODES)
     variants = [(mode, int(k)) for mode in modes for k in (chunks if mode == "overlap" else (1,))]
     sizes = [as_size(raw) for raw in sizes]
-    rounds = []
+    rounds, start = [], time.perf_counter()
     for size in sizes:
         steps = _size_steps(ctx, size, variants, seed, dtype, activation)
         for _ in range(warmup):
             _one_round(ctx, steps)
         rounds.append(round_s(lambda: _one_round(ctx, steps), ctx.device))  # noqa: B023 (called right here)
         del steps
+    # The budget covers the whole call: what building, warm-up and the probes took comes out of it,
+    # and so does one untimed round per kept size (rank 0's clock decides; agree_reps broadcasts).
+    left_s = max(0.0, budget_s - (time.perf_counter() - start))
     by_size = sorted(range(len(sizes)), key=lambda i: sizes[i].flops)  # fit_sizes drops the largest first
-    kept = [by_size[k] for k in fit_sizes([rounds[i] for i in by_size], budget_s, min_reps)[0]]
-    shares = dict(zip(kept, share_budget([rounds[i] for i in kept], budget_s, min_reps, max_reps)))
+    kept = [by_size[k] for k in fit_sizes([rounds[i] for i in by_size], left_s, min_reps + 1)[0]]
+    left_s = max(0.0, left_s - sum(rounds[i] for i in kept))
+    shares = dict(zip(kept, share_budget([rounds[i] for i in kept], left_s, min_reps, max_reps)))
     plans = agree_reps([plan_reps(rounds[i], shares[i], min_reps, max_reps) if i in shares else Reps(0, True, False)
                         for i in range(len(sizes))], ctx.device)
     rows, dropped = [], []
@@ -266,8 +272,8 @@ def time_layers(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str
     `threads_per_rank` threads when given. "whole" runs on rank 0 of the same launch, so the
     one-rank baseline has the CPUs and threads of one rank of the split: "one device" is the same
     on both sides.
-    budget_s: seconds of timed rounds this call may spend, all sizes together (warm-up and the one
-    probe round per size come on top); default 0.3 s per size with `quick`, else 2 s per size.
+    budget_s: seconds this call may spend on the ranks, all sizes together, building, warm-up and
+    the probe round of each size included; default 0.3 s per size with `quick`, else 2 s per size.
     quick: 2 warm-up rounds and 5..100 repetitions per size; else 5 and 15..400. Each row carries
     its `reps` and `budget_cut`; sizes the budget could not fit are in frame.attrs["dropped_sizes"]
     (`budget_note(frame)` says so in a sentence).
@@ -282,10 +288,10 @@ def time_layers(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str
     if budget_s is None:
         budget_s = (0.3 if quick else 2.0) * len(sizes)
     check_range("budget_s", budget_s, low=0, low_open=True, unit="s")
-    min_reps = 5 if quick else 15
+    warmup, min_reps, max_reps = LAYER_REPS[bool(quick)]
     kwargs = {"sizes": [astuple(as_size(s)) for s in sizes], "modes": modes, "chunks": chunks, "seed": seed,
-              "dtype": dtype, "warmup": 2 if quick else 5, "min_reps": min_reps,
-              "max_reps": 100 if quick else 400, "budget_s": float(budget_s)}
+              "dtype": dtype, "warmup": warmup, "min_reps": min_reps,
+              "max_reps": max_reps, "budget_s": float(budget_s)}
     with rank_progress(len(sizes), f"{'+'.join(modes)} on {nproc} rank(s)", progress, unit="size",
                        leave=True) as on_report:
         per_rank = shared_pool(nproc, backend, device, threads_per_rank).run(

@@ -178,7 +178,7 @@ def round_s(run_round: Callable[[], object], device: str = "cpu") -> float:
 
 
 def agree_reps(plans: list, device: str) -> list:
-    """Rank 0's repetition plans (labutils.model.repetitions.Reps) on every rank: each rank passes
+    """Rank 0's repetition plans (labutils.model.sizing.Reps) on every rank: each rank passes
     its own, rank 0's are broadcast, so all ranks run the same counts and stop together."""
     flat = [[p.reps, int(p.budget_cut), int(p.fits)] for p in plans]
     t = torch.tensor(flat, dtype=torch.int64, device=device).reshape(len(plans), 3)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from labutils.core.inputs import check_int, check_range
-from labutils.model.sizing import Rates
+from labutils.model.sizing import Rates, fit_sizes, plan_reps, share_budget
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class Measurement:
     warmup: int = 2
     min_reps: int = 3
     max_reps: int = 400
+    drops: bool = True  # whether the experiment leaves out sizes whose least repetitions do not fit
 
 
 @dataclass(frozen=True)
@@ -103,27 +104,20 @@ class Prediction:
     dropped: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Reps:
-    reps: int
-    fits: bool
-
-
-def plan_reps(round_s: float, share_s: float, min_reps: int, max_reps: int) -> Reps:
-    """As many rounds as fit `share_s`, within [min_reps, max_reps]; fits=False when even min_reps do not."""
-    want = int(share_s / round_s + 1e-9) if round_s > 0 else max_reps
-    return Reps(min(max_reps, max(min_reps, want)), min_reps * round_s <= share_s)
-
-
 def measurement_s(m: Measurement, share_s: float) -> tuple[float, int]:
-    """(seconds, sizes dropped) of one measurement given `share_s`: each size gets an equal part."""
-    share = share_s / max(1, len(m.rounds_s))
-    seconds, dropped = 0.0, 0
-    for round_s in m.rounds_s:
-        reps = plan_reps(round_s, share, m.min_reps, m.max_reps)
-        seconds += (m.warmup + 1 + (reps.reps if reps.fits else 0)) * round_s
-        dropped += 0 if reps.fits else 1
-    return seconds, dropped
+    """(seconds, sizes dropped) of one measurement given `share_s`, as the experiments spend it:
+    every size warmed up and its round timed once, paid from the share; the largest sizes dropped
+    until `min_reps` rounds and one untimed round of the rest fit what is left (`fit_sizes`); the
+    rest split over the kept ones (`share_budget`), each its `plan_reps` repetitions."""
+    rounds = list(m.rounds_s)
+    seconds = sum((m.warmup + 1) * r for r in rounds)
+    left_s = max(0.0, share_s - seconds)
+    kept, dropped = fit_sizes(rounds, left_s, m.min_reps + 1) if m.drops else (list(range(len(rounds))), [])
+    left_s = max(0.0, left_s - sum(rounds[k] for k in kept))
+    shares = share_budget([rounds[k] for k in kept], left_s, m.min_reps, m.max_reps)
+    for k, share in zip(kept, shares):
+        seconds += (1 + plan_reps(rounds[k], share, m.min_reps, m.max_reps).reps) * rounds[k]
+    return seconds, len(dropped)
 
 
 def predict(machine: Machine, plan: NotebookPlan) -> Prediction:

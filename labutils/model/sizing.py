@@ -15,6 +15,18 @@ latency alpha and busbw B (the saved link, `labutils.measure.my_link`). From the
   width. The per-rank batch b that makes them equal (`ddp_batch`) puts the two bounds of the step
   a factor ~1.5 apart, so the check between them means something; the widths then fill the budget.
 
+How many repetitions fit (the second half of this module): a repetition ("round") is everything
+one sample costs, barriers, untimed line-up steps, reference passes and every variant timed side
+by side. The worker times one complete round on the wall clock after warm-up and hands its
+length here; rank 0 then broadcasts the result (labutils.measure.timing.agree_reps), so every
+rank runs the same count and they stop together:
+
+    reps = clamp(floor(share_s / round_s), min_reps, max_reps)
+
+A call's budget is shared over its sizes (`share_budget`): `min_reps` rounds each, the rest
+evenly, and what a size capped by `max_reps` cannot use goes to the others. When even `min_reps`
+rounds of every size do not fit, the largest sizes are dropped first (`fit_sizes`).
+
 Both plans are capped by memory (`memory_bytes`, what one rank may use) and by time: a size whose
 predicted round does not fit its share of the budget is left out, and the plan says so.
 """
@@ -27,6 +39,10 @@ from dataclasses import dataclass
 from labutils.core.inputs import check_int, check_range
 
 ROUND_TO = 32  # hidden sizes are multiples of 32: 4H splits evenly over up to 8 ranks (and 128 on a GPU)
+# (warm-up rounds, least and most timed repetitions) per size of 07's layers, quick and full mode
+LAYER_REPS = {True: (2, 5, 100), False: (5, 15, 400)}
+# the same for each configuration of 08's steps (StepConfig's warmup, steps and max_steps)
+DDP_REPS = {True: (2, 5, 50), False: (3, 10, 200)}
 
 
 @dataclass(frozen=True)
@@ -135,6 +151,15 @@ def layer_plan(rates: Rates, quick: bool, nproc: int = 2) -> LayerPlan:
                      (batch, timing_hidden), star, too_big, why)
 
 
+def compute_size(flops_per_s: float, target_ms: float = 2.0) -> tuple[int, int]:
+    """A block whose whole-layer compute takes about `target_ms` on a device of `flops_per_s`, with
+    rows a quarter of its hidden size (notebook 05's one timed step, before any link is known):
+    16 b H^2 / F = t with b = H / 4, so H = (F t / 4)^(1/3); b a power of two, H a multiple of 32."""
+    check_range("flops_per_s", flops_per_s, low=1e6, high=1e17, unit="flop/s")
+    hidden = round_up((flops_per_s * target_ms * 1e-3 / 4) ** (1 / 3))
+    return 2 ** max(3, round(math.log2(hidden / 4))), hidden
+
+
 def layer_round_s(batch: int, hidden: int, modes: tuple[str, ...], rates: Rates, nproc: int = 2,
                   chunks: tuple[int, ...] = (1,)) -> float:
     """Predicted wall time of one interleaved round of `modes` at one size (seconds): each mode's
@@ -189,32 +214,105 @@ class DdpPlan:
     bucket_caps_mb: tuple[float, ...]
     widest_step_s: float
     why: str
+    warmup: int = 3
+    steps: int = 10
+    max_steps: int = 200
 
 
-def ddp_plan(rates: Rates, quick: bool, budget_s: float, depth: int = 4, nproc: int = 2,
-             steps_per_run: int = 12) -> DdpPlan:
-    """The batch from `ddp_batch`; the widest model the one whose runs fill `budget_s`: about
-    (runs per width, 8 for the widest with its bucket caps) x `steps_per_run` steps of
-    `ddp_step_s`, the narrower ones halving the width (a quarter of the gradient) each; at least
-    width 64, capped so activations and weights take at most a third of `rates.memory_bytes`."""
+def ddp_runs_s(widths, depth: int, batch: int, caps: int, rates: Rates, nproc: int = 2) -> float:
+    """One step of every run notebook 08 makes (seconds): per width one rank at b and at N b, DDP and
+    the no-overlap variant on N ranks; the widest model again at each of `caps` bucket caps."""
+    one = sum(ddp_step_s(w, depth, batch, rates, 1) + ddp_step_s(w, depth, nproc * batch, rates, 1) for w in widths)
+    many = sum(2 * ddp_step_s(w, depth, batch, rates, nproc) for w in widths)
+    return one + many + caps * ddp_step_s(max(widths), depth, batch, rates, nproc)
+
+
+def ddp_plan(rates: Rates, quick: bool, budget_s: float, depth: int = 4, nproc: int = 2) -> DdpPlan:
+    """The batch from `ddp_batch`; 4 widths (quick: 2), each half the next (a quarter of the
+    gradient), the widest as wide as lets every run's least steps fit 80 % of `budget_s`
+    (`ddp_runs_s` x (warm-up + 1 probe + least steps); the rest is the contention probe's);
+    at least width 64, at most 16384, and activations and weights within a third of the memory."""
     check_range("budget_s", budget_s, low=0, low_open=True, unit="s")
     batch = ddp_batch(rates, nproc)
-    count = 2 if quick else 4
-    runs = 4 * (1 + 1 / 4 + 1 / 16 + 1 / 64) + (2 if quick else 4)  # each width 4 runs; the widest its caps too
+    count, ncaps = (2, 2) if quick else (4, 4)
+    warmup, least, _ = DDP_REPS[bool(quick)]
+
+    def widths_for(widest: int) -> tuple[int, ...]:
+        return tuple(sorted({max(16, round_up(widest / 2 ** k, 16)) for k in range(count)}))
+
     width = 64
-    while True:
+    while width < 16384:
         nxt = width * 2 if width < 1024 else width + 512
-        cost = runs * steps_per_run * ddp_step_s(nxt, depth, nproc * batch, rates, nproc)
+        cost = (warmup + 1 + least) * ddp_runs_s(widths_for(nxt), depth, batch, ncaps, rates, nproc)
         memory = 4.0 * nxt * nxt * depth * 4 + 4.0 * nproc * batch * nxt * (depth + 2) * 3
-        if cost > budget_s or memory > rates.memory_bytes / 3 or nxt > 16384:
+        if cost > 0.8 * budget_s or memory > rates.memory_bytes / 3:
             break
         width = nxt
-    widths = tuple(sorted({max(16, round_up(width / 2 ** k, 16)) for k in range(count)}))
+    widths = widths_for(width)
     gradient_mib = ddp_gradient_bytes(widths[-1], depth) / 2**20
-    caps = tuple(c for c in (1.0, 4.0, 16.0, 64.0) if c < 2 * gradient_mib) or (1.0,)
-    if quick:
-        caps = caps[:2]
+    caps = tuple(c for c in (1.0, 4.0, 16.0, 64.0) if c < 2 * gradient_mib)[:ncaps] or (1.0,)
     step = ddp_step_s(widths[-1], depth, batch, rates, nproc)
     why = (f"{batch} rows per rank make compute ({rates.flops_per_s / 1e9:.3g} GFLOP/s) and the all-reduce "
            f"({rates.busbw_GBps:.3g} GB/s) of the same order; widths up to {widths[-1]} fill the budget")
-    return DdpPlan(batch, widths, caps, step, why)
+    return DdpPlan(batch, widths, caps, step, why, *DDP_REPS[bool(quick)])
+
+
+# --- how many repetitions fit a share of the budget --------------------------------------------------
+
+@dataclass(frozen=True)
+class Reps:
+    """A repetition count and why: `budget_cut` when the budget, not `max_reps`, set the count;
+    `fits` when `min_reps` rounds fit in the share (else the count is `min_reps`, over the share)."""
+
+    reps: int
+    budget_cut: bool
+    fits: bool
+
+
+def plan_reps(round_s: float, share_s: float, min_reps: int, max_reps: int) -> Reps:
+    """Repetitions of a `round_s`-second round that fit in `share_s` seconds, within [min_reps, max_reps].
+
+    reps = min(max_reps, max(min_reps, floor(share_s / round_s))); a round of 0 s gets max_reps.
+    """
+    want = math.floor(share_s / round_s) if round_s > 0 else max_reps
+    reps = min(max_reps, max(min_reps, want))
+    return Reps(int(reps), budget_cut=want < max_reps, fits=min_reps * round_s <= share_s)
+
+
+def share_budget(round_s_per_size, budget_s: float, min_reps: int, max_reps: int) -> list[float]:
+    """Seconds of `budget_s` for each size: first `min_reps` rounds each, then what is left split
+    evenly, where a size that reaches `max_reps` keeps only that and leaves the rest to the others.
+
+    share_i = min_reps round_i + extra_i, extra_i = min(left / sizes left, (max_reps - min_reps) round_i)
+    (the sizes with the least room first); the shares add up to budget_s when every size reaches
+    neither its cap nor the floor, never to more once min_reps rounds of all fit (`fit_sizes`).
+    """
+    rounds = [float(r) for r in round_s_per_size]
+    extra = [0.0] * len(rounds)
+    left_s, left_n = max(0.0, float(budget_s) - min_reps * sum(rounds)), len(rounds)
+    for i in sorted(range(len(rounds)), key=lambda k: rounds[k]):
+        extra[i] = min(left_s / left_n, (max_reps - min_reps) * rounds[i])
+        left_s, left_n = left_s - extra[i], left_n - 1
+    return [min_reps * r + e for r, e in zip(rounds, extra)]
+
+
+def fit_sizes(round_s_per_size, budget_s: float, min_reps: int) -> tuple[list[int], list[int]]:
+    """(kept, dropped) indices of sizes given smallest first: the largest (last) sizes are dropped
+    until `min_reps` rounds of every kept one fit in `budget_s`, min_reps * sum(round_s of kept)
+    <= budget_s. The smallest size is always kept (its count is then `min_reps`, over the budget,
+    and its Reps says it does not fit).
+    """
+    rounds = [float(r) for r in round_s_per_size]
+    kept = list(range(len(rounds)))
+    while len(kept) > 1 and min_reps * sum(rounds[k] for k in kept) > budget_s:
+        kept.pop()
+    return kept, list(range(len(kept), len(rounds)))
+
+
+def dropped_sentence(dropped: list, budget_s: float, min_reps: int) -> str:
+    """One sentence for the notebook: which sizes the budget left out, or that none was."""
+    if not dropped:
+        return f"Every size fitted the {budget_s:g} s budget."
+    names = ", ".join(str(d) for d in dropped)
+    return (f"Left out for time: {names} (not even {min_reps} repetitions fitted the {budget_s:g} s budget); "
+            "give a larger budget_s to measure them.")
