@@ -14,7 +14,8 @@ from labutils.experiments.ddp_step import RankStep, StepConfig, build_mlp, synth
 from labutils.measure import buffers
 from labutils.measure.harness import sweep_worker
 from labutils.measure.launch import ping_worker, preflight_all_reduce
-from labutils.measure.timing import across_ranks, agree_iters, barrier, group_size
+from labutils.measure.timing import across_ranks, agree_iters, agree_reps, barrier, group_size
+from labutils.model.sizing import plan_reps
 
 
 def gradient_worker(ctx, width: int, depth: int, batch_per_rank: int,
@@ -104,13 +105,14 @@ def faulty_ping_worker(ctx, fault_rank: int, fault: str) -> dict:
 
 
 def solo_worker(ctx) -> dict:
-    """What a rank sees of its world, after a barrier, agree_iters and across_ranks (which must
-    return without the other ranks when it works alone)."""
+    """What a rank sees of its world, after a barrier, agree_iters, agree_reps and across_ranks
+    (which must return without the other ranks when it works alone)."""
     barrier(ctx.device)
     iters = agree_iters(2.0, 10.0, 1, 100, ctx.device)
+    reps = agree_reps([plan_reps(0.1, 1.0, 2, 50)], ctx.device)[0].reps
     stats = across_ranks(float(ctx.rank + 3), ctx.device)
     return {"rank": ctx.rank, "world_size": ctx.world_size, "group_size": group_size(), "pid": os.getpid(),
-            "iters": iters, "mean": stats.mean}
+            "iters": iters, "reps": reps, "mean": stats.mean}
 
 
 def faulty_sweep_worker(ctx, fault_rank: int, fault: str, **sweep_kwargs) -> list[dict]:

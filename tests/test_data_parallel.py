@@ -227,7 +227,7 @@ def test_a_budget_that_is_not_positive_is_refused_before_starting_ranks():
     with pytest.raises(LabInputError, match="budget_s"):
         data_parallel.measure_ddp_steps([cfg], 1, backend="gloo", device="cpu", budget_s=-1.0)
     with pytest.raises(LabInputError, match="budget_s"):
-        data_parallel.scaling_experiment([WIDTH], budget_s=0.0)
+        data_parallel.scaling_experiment([WIDTH], budget_s=-1.0)
 
 
 def test_scaling_experiment_measures_no_configuration_twice_and_shares_the_budget(monkeypatch):

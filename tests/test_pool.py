@@ -41,7 +41,7 @@ def test_one_start_serves_many_runs_and_a_failure_restarts_it(tmp_path, monkeypa
     assert [r["sum"] for r in second] == [1.0, 1.0]
 
     solo = pool.run(solo_worker, timeout_s=60, ranks=1)  # rank 1 idles; no collective reaches it
-    assert solo == [{"rank": 0, "world_size": 1, "group_size": 1, "pid": pids[0], "iters": 5, "mean": 3.0}]
+    assert solo == [{"rank": 0, "world_size": 1, "group_size": 1, "pid": pids[0], "iters": 5, "reps": 10, "mean": 3.0}]
     both = pool.run(solo_worker, timeout_s=60)  # and the group is whole again
     assert [(r["world_size"], r["group_size"], r["mean"]) for r in both] == [(2, 2, 3.5)] * 2
 

@@ -83,7 +83,7 @@ def test_rates_refuse_impossible_values():
     with pytest.raises(LabInputError, match="flops_per_s"):
         sizing.Rates(-1.0, 100.0, 1.0, 1e9)
     with pytest.raises(LabInputError, match="budget_s"):
-        sizing.ddp_plan(RATES["laptop"], quick=False, budget_s=0)
+        sizing.ddp_plan(RATES["laptop"], quick=False, budget_s=-1)
 
 
 # --- repetitions from a time budget -------------------------------------------------------------------

@@ -23,7 +23,7 @@ def test_time_layers_refuses_a_rank_count_that_does_not_divide_the_layer():
 
 def test_time_layers_refuses_a_budget_that_is_not_positive_before_starting_ranks():
     with pytest.raises(LabInputError, match="budget_s"):
-        st.time_layers([(8, 64)], 2, budget_s=0)
+        st.time_layers([(8, 64)], 2, budget_s=-1)
 
 
 def test_time_layers_refuses_an_unknown_mode_before_starting_ranks():

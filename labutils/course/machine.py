@@ -36,7 +36,7 @@ SHARES = {  # each measuring notebook's experiments and the fraction of its budg
     "03_ring_by_hand": {"hand ring": 1.0},
     "05_tensor_parallel": {"one split step": 1.0},
     "07_validating_the_budget": {"before the split": 0.3, "the split": 0.45, "overlap": 0.25},
-    "08_data_parallel_training": {"one rank": 0.3, "N ranks": 0.6, "contention": 0.1},
+    "08_data_parallel_training": {"steps": 1.0},  # scaling_experiment shares it over its runs
 }
 
 

@@ -110,9 +110,10 @@ def notebook_plan(name: str, machine: Machine, params: dict) -> NotebookPlan:
         many += tuple(sizing.ddp_step_s(plan.widths[-1], depth, b, rates, nproc) for _ in plan.bucket_caps_mb)
         probe = (2 * sizing.ddp_step_s(plan.widths[-1], depth, b, rates, nproc),)  # backward, all-reduce, both
         reps = (plan.warmup, plan.steps, plan.max_steps)
-        ms = (Measurement("one rank", one, frac["one rank"], *reps, drops=False),
-              Measurement("N ranks", many, frac["N ranks"], *reps, drops=False),
-              Measurement("contention", probe, frac["contention"], 0, 5, 5, drops=False))
+        runs = len(one) + len(many)  # scaling_experiment shares its budget by runs
+        ms = (Measurement("one rank", one, frac["steps"] * len(one) / runs, *reps, drops=False),
+              Measurement("N ranks", many, frac["steps"] * len(many) / runs, *reps, drops=False),
+              Measurement("contention", probe, 0.0, 0, 5, 5, drops=False))  # a fixed 5 rounds, outside the budget
         return NotebookPlan(name, budget, rank_sets=1, calls=5, figures=4, measurements=ms,
                             fixed_s=0.5 + 5 * plan.widest_step_s)
     raise LabInputError(f"notebook {name!r} is not one of the course's")

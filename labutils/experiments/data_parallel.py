@@ -62,7 +62,7 @@ def _launch(configs, nproc, backend, device, timeout_s, progress, ddp_reference=
     if not configs:
         raise LabInputError("configs is empty: give at least one StepConfig")
     if budget_s is not None:
-        check_range("budget_s", budget_s, low=0, low_open=True, unit="s")
+        check_range("budget_s", budget_s, low=0, unit="s")  # 0: only the least repetitions
     choice = resolve_backend(backend, device, nproc)
     pool = shared_pool(nproc, choice.backend, choice.device, THREADS_PER_RANK)
     with rank_progress(max(c.steps for c in configs), f"{ranks or nproc} rank(s), {choice.backend}/{choice.device}",
@@ -173,7 +173,7 @@ def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: 
     carries `reps` and `budget_cut`); None: `steps` each (or rounds of about `min_time_s`).
     """
     if budget_s is not None:
-        check_range("budget_s", budget_s, low=0, low_open=True, unit="s")
+        check_range("budget_s", budget_s, low=0, unit="s")  # 0: only the least repetitions
     widths = list(dict.fromkeys(int(w) for w in np.atleast_1d(widths)))
     bucket_width = bucket_width or max(widths)
     singles, many = [], []

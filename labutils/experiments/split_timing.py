@@ -287,7 +287,7 @@ def time_layers(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str
     chunks = tuple(check_int("chunks", k, low=1) for k in np.atleast_1d(chunks).tolist())
     if budget_s is None:
         budget_s = (0.3 if quick else 2.0) * len(sizes)
-    check_range("budget_s", budget_s, low=0, low_open=True, unit="s")
+    check_range("budget_s", budget_s, low=0, unit="s")  # 0: only the least repetitions
     warmup, min_reps, max_reps = LAYER_REPS[bool(quick)]
     kwargs = {"sizes": [astuple(as_size(s)) for s in sizes], "modes": modes, "chunks": chunks, "seed": seed,
               "dtype": dtype, "warmup": warmup, "min_reps": min_reps,

@@ -182,6 +182,6 @@ def agree_reps(plans: list, device: str) -> list:
     its own, rank 0's are broadcast, so all ranks run the same counts and stop together."""
     flat = [[p.reps, int(p.budget_cut), int(p.fits)] for p in plans]
     t = torch.tensor(flat, dtype=torch.int64, device=device).reshape(len(plans), 3)
-    if dist.is_available() and dist.is_initialized():
+    if group_size() > 1:  # not in a solo task (rank 0 alone in an N-rank pool): nobody to tell
         dist.broadcast(t, src=0)
     return [replace(p, reps=int(r), budget_cut=bool(c), fits=bool(f)) for p, (r, c, f) in zip(plans, t.cpu().tolist())]

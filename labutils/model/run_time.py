@@ -129,7 +129,7 @@ def predict(machine: Machine, plan: NotebookPlan) -> Prediction:
     left_s = plan.budget_s - parts["rank start-up"]
     for i, m in enumerate(plan.measurements):
         rest = sum(x.fraction for x in plan.measurements[i:])
-        seconds, lost = measurement_s(m, max(0.0, left_s) * m.fraction / rest)
+        seconds, lost = measurement_s(m, max(0.0, left_s) * m.fraction / rest if rest > 0 else 0.0)
         left_s -= seconds
         parts[m.what] = parts.get(m.what, 0.0) + seconds
         dropped += [m.what] * lost

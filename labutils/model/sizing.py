@@ -232,7 +232,7 @@ def ddp_plan(rates: Rates, quick: bool, budget_s: float, depth: int = 4, nproc: 
     gradient), the widest as wide as lets every run's least steps fit 80 % of `budget_s`
     (`ddp_runs_s` x (warm-up + 1 probe + least steps); the rest is the contention probe's);
     at least width 64, at most 16384, and activations and weights within a third of the memory."""
-    check_range("budget_s", budget_s, low=0, low_open=True, unit="s")
+    check_range("budget_s", budget_s, low=0, unit="s")  # 0: the narrowest models only
     batch = ddp_batch(rates, nproc)
     count, ncaps = (2, 2) if quick else (4, 4)
     warmup, least, _ = DDP_REPS[bool(quick)]
