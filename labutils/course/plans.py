@@ -106,10 +106,13 @@ def notebook_plan(name: str, machine: Machine, params: dict) -> NotebookPlan:
         plan = sizing.ddp_plan(rates, quick, max(1.0, budget - machine.startup_s), depth, nproc)
         b = plan.batch_per_rank
         one = tuple(sizing.ddp_step_s(w, depth, k * b, rates, 1) for w in plan.widths for k in (1, nproc))
-        many = tuple(sizing.ddp_step_s(w, depth, b, rates, nproc) for w in plan.widths for _ in range(2))
-        many += tuple(sizing.ddp_step_s(plan.widths[-1], depth, b, rates, nproc) for _ in plan.bucket_caps_mb)
-        probe = (2 * sizing.ddp_step_s(plan.widths[-1], depth, b, rates, nproc),)  # backward, all-reduce, both
-        reps = (plan.warmup, plan.steps, plan.max_steps)
+        ref = {w: sizing.ddp_step_s(w, depth, b, rates, 1) for w in plan.widths}  # DDP's reference backward
+        many = tuple(2 * sizing.ddp_step_s(w, depth, b, rates, nproc) + ref[w] * (k == 0)  # a line-up step each
+                     for w in plan.widths for k in range(2))
+        many += tuple(2 * sizing.ddp_step_s(plan.widths[-1], depth, b, rates, nproc) + ref[plan.widths[-1]]
+                      for _ in plan.bucket_caps_mb)
+        probe = (3 * sizing.ddp_step_s(plan.widths[-1], depth, b, rates, nproc),)  # backward, all-reduce, both
+        reps = (plan.warmup + 1, plan.steps, plan.max_steps)  # building a model costs about a step
         runs = len(one) + len(many)  # scaling_experiment shares its budget by runs
         ms = (Measurement("one rank", one, frac["steps"] * len(one) / runs, *reps, drops=False),
               Measurement("N ranks", many, frac["steps"] * len(many) / runs, *reps, drops=False),

@@ -42,7 +42,7 @@ ROUND_TO = 32  # hidden sizes are multiples of 32: 4H splits evenly over up to 8
 # (warm-up rounds, least and most timed repetitions) per size of 07's layers, quick and full mode
 LAYER_REPS = {True: (2, 5, 100), False: (5, 15, 400)}
 # the same for each configuration of 08's steps (StepConfig's warmup, steps and max_steps)
-DDP_REPS = {True: (2, 5, 50), False: (3, 10, 200)}
+DDP_REPS = {True: (2, 3, 50), False: (3, 10, 200)}
 
 
 @dataclass(frozen=True)
@@ -198,10 +198,22 @@ def ddp_batch(rates: Rates, nproc: int = 2) -> int:
     return int(min(65536, max(4, 2 ** round(math.log2(max(b, 1.0))))))
 
 
+BALANCE_ROWS = 64  # rows below which a training step waits on memory rather than on the multipliers
+
+
+def step_flops_per_s(batch: int, rates: Rates) -> float:
+    """The rate a training step of `batch` rows reaches: F x min(1, b / 64). A step reads and writes
+    each weight about six times (forward, backward, gradient, optimizer) for 6 b flops, so b / 4
+    flops per byte; CPUs and GPUs alike need about 16 flops per byte of memory traffic to keep
+    their multipliers busy (a roofline), so below 64 rows the step slows in proportion."""
+    return rates.flops_per_s * min(1.0, batch / BALANCE_ROWS)
+
+
 def ddp_step_s(width: int, depth: int, batch: int, rates: Rates, nproc: int = 2) -> float:
-    """A step with nothing hidden (seconds): compute + alpha + 2(N-1)/N * G / B."""
-    return ddp_step_flops(width, depth, batch) / rates.flops_per_s + allreduce_s(
-        ddp_gradient_bytes(width, depth), rates, nproc)
+    """A step with nothing hidden (seconds): compute at `step_flops_per_s` + alpha + 2(N-1)/N * G / B
+    (no all-reduce for one rank)."""
+    compute = ddp_step_flops(width, depth, batch) / step_flops_per_s(batch, rates)
+    return compute + (allreduce_s(ddp_gradient_bytes(width, depth), rates, nproc) if nproc > 1 else 0.0)
 
 
 @dataclass(frozen=True)
@@ -220,17 +232,22 @@ class DdpPlan:
 
 
 def ddp_runs_s(widths, depth: int, batch: int, caps: int, rates: Rates, nproc: int = 2) -> float:
-    """One step of every run notebook 08 makes (seconds): per width one rank at b and at N b, DDP and
-    the no-overlap variant on N ranks; the widest model again at each of `caps` bucket caps."""
-    one = sum(ddp_step_s(w, depth, batch, rates, 1) + ddp_step_s(w, depth, nproc * batch, rates, 1) for w in widths)
-    many = sum(2 * ddp_step_s(w, depth, batch, rates, nproc) for w in widths)
-    return one + many + caps * ddp_step_s(max(widths), depth, batch, rates, nproc)
+    """One round of every run notebook 08 makes (seconds): per width one rank at b and at N b, DDP and
+    the no-overlap variant on N ranks; the widest model again at each of `caps` bucket caps. Each
+    N-rank step follows an untimed one that lines the ranks up (timing.line_up), and a DDP run's
+    round also makes its reference backward without sync (about one rank's step)."""
+    one = {w: ddp_step_s(w, depth, batch, rates, 1) for w in widths}
+    singles = sum(one[w] + ddp_step_s(w, depth, nproc * batch, rates, 1) for w in widths)
+    many = sum(4 * ddp_step_s(w, depth, batch, rates, nproc) + one[w] for w in widths)
+    widest = max(widths)
+    return singles + many + caps * (2 * ddp_step_s(widest, depth, batch, rates, nproc) + one[widest])
 
 
 def ddp_plan(rates: Rates, quick: bool, budget_s: float, depth: int = 4, nproc: int = 2) -> DdpPlan:
     """The batch from `ddp_batch`; 4 widths (quick: 2), each half the next (a quarter of the
-    gradient), the widest as wide as lets every run's least steps fit 80 % of `budget_s`
-    (`ddp_runs_s` x (warm-up + 1 probe + least steps); the rest is the contention probe's);
+    gradient), the widest as wide as lets every run's least steps and the contention probe fit
+    half of `budget_s` (`ddp_runs_s` x (building + warm-up + 1 probe + least steps) + 15 steps of the widest; half,
+    since the alpha-beta line is optimistic for gloo's large messages, which leave the caches);
     at least width 64, at most 16384, and activations and weights within a third of the memory."""
     check_range("budget_s", budget_s, low=0, unit="s")  # 0: the narrowest models only
     batch = ddp_batch(rates, nproc)
@@ -243,9 +260,11 @@ def ddp_plan(rates: Rates, quick: bool, budget_s: float, depth: int = 4, nproc: 
     width = 64
     while width < 16384:
         nxt = width * 2 if width < 1024 else width + 512
-        cost = (warmup + 1 + least) * ddp_runs_s(widths_for(nxt), depth, batch, ncaps, rates, nproc)
+        # every run's least steps, warm-up and probe; then the contention probe, 5 x 3 steps of the widest
+        cost = ((warmup + 2 + least) * ddp_runs_s(widths_for(nxt), depth, batch, ncaps, rates, nproc)
+                + 15 * ddp_step_s(nxt, depth, batch, rates, nproc))
         memory = 4.0 * nxt * nxt * depth * 4 + 4.0 * nproc * batch * nxt * (depth + 2) * 3
-        if cost > 0.8 * budget_s or memory > rates.memory_bytes / 3:
+        if cost > 0.5 * budget_s or memory > rates.memory_bytes / 3:
             break
         width = nxt
     widths = widths_for(width)
