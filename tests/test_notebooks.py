@@ -10,6 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 ALLOWED_NB_METADATA = {"kernelspec", "language_info"}
+QUICK_TEST_BUDGET_S = 4  # seconds of measuring per notebook in the executed tests (budget_s)
 
 
 def _ids(paths):
@@ -50,11 +51,14 @@ def test_parameters_cell_is_literals_with_quick(path):
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_notebook_executes_in_quick_mode(path, tmp_path, results_tmp, monkeypatch):
-    from labutils.course.runner import execute_notebook
+    from labutils.course.runner import execute_notebook, notebook_parameters
 
     rank_log = tmp_path / "ranks.log"  # the kernel's rank pool writes a line per rank process it starts
     monkeypatch.setenv("LAB_RANK_LOG", str(rank_log))
-    outcome = execute_notebook(path, tmp_path, parameters={"quick": True}, results_dir=results_tmp)
+    parameters = {"quick": True}
+    if "budget_s" in notebook_parameters(path):  # a measuring notebook: a short budget keeps the suite short
+        parameters["budget_s"] = QUICK_TEST_BUDGET_S
+    outcome = execute_notebook(path, tmp_path, parameters=parameters, results_dir=results_tmp)
     assert outcome.ok, f"{path.name} failed in cell {outcome.failed_cell}: {outcome.error}"
     assert outcome.html_path.exists()
     started = rank_log.read_text().splitlines() if rank_log.exists() else []

@@ -28,11 +28,12 @@ def _allreduce_s(size_bytes: float, alpha_us: float, busbw_GBps: float, nproc: i
 
 
 def _sweep(what: str, machine: Machine, share_s: float, max_bytes: int, nproc: int, alpha_us: float,
-           busbw_GBps: float, quick: bool) -> Measurement:
-    """A sweep 1 KiB .. `max_bytes` (x2): a round per size is one all-reduce, plus the check."""
+           busbw_GBps: float) -> Measurement:
+    """A sweep 1 KiB .. `max_bytes` (x2): a round per size is one all-reduce, plus the check; the
+    sweep's 5 warm-up calls (SweepConfig's, in both modes) and 3..1000 calls per size."""
     sizes = sweep_sizes(1024, max_bytes, 2)
     rounds = tuple(2 * _allreduce_s(s, alpha_us, busbw_GBps, nproc) + machine.call_s / 10 for s in sizes)
-    return Measurement(what, rounds, share_s, warmup=2 if quick else 5, min_reps=3, max_reps=1000)
+    return Measurement(what, rounds, share_s, warmup=5, min_reps=3, max_reps=1000)
 
 
 def _cpu_link(machine: Machine) -> tuple[float, float]:
@@ -61,29 +62,33 @@ def notebook_plan(name: str, machine: Machine, params: dict) -> NotebookPlan:
         return NotebookPlan(name, budget, rank_sets=0, calls=0, figures=4, fixed_s=1.5 + copies)
     if name == "02_allreduce_sweep":
         max_bytes = 4 << 20 if quick else 64 << 20
-        sweeps = [_sweep("sweep", machine, frac["sweep"], max_bytes, nproc, machine.alpha_us,
-                         machine.busbw_GBps, quick)]
-        sets = 1
-        if machine.route != "cpu" and not quick:  # a sweep beside the main one, on another set of ranks
+        # without a sweep beside it (CPU; quick mode on a GPU) the main sweep takes the whole budget
+        sweeps = [_sweep("sweep", machine, frac["sweep"], max_bytes, nproc, machine.alpha_us, machine.busbw_GBps)]
+        beside = machine.route != "cpu" and not quick  # on another set of ranks, started inside the budget
+        if beside:
             alpha, busbw = _cpu_link(machine) if machine.route == "one-gpu" else (machine.alpha_us * 4, 2.0)
-            sweeps.append(_sweep("sweep beside", machine, frac["sweep beside"], max_bytes, nproc, alpha, busbw, quick))
-            sets += 1
-        sets += machine.route == "multi-gpu" and not quick  # the NCCL_DEBUG capture: ranks with its environment
-        return NotebookPlan(name, budget, rank_sets=sets, calls=3, figures=4, measurements=tuple(sweeps), fixed_s=1.0)
+            sweeps.append(_sweep("sweep beside", machine, frac["sweep beside"], max_bytes, nproc, alpha, busbw))
+        # the NCCL_DEBUG capture (full mode, several GPUs): ranks with their own environment, after the
+        # budget is spent, so their start-up is other time; calls: the one all-reduce by hand and the sweep,
+        # the same two beside, and the capture
+        capture = machine.route == "multi-gpu" and not quick
+        return NotebookPlan(name, budget, rank_sets=1 + beside, calls=2 + 2 * beside + capture, figures=4,
+                            measurements=tuple(sweeps), fixed_s=1.0 + capture * machine.startup_s)
     if name == "03_ring_by_hand":
         alpha, busbw = _cpu_link(machine)
-        sizes = params.get("sizes") or [4096, 65536, 1048576, 4194304, 16777216]
+        sizes = [4096, 262144, 4194304] if quick else params.get("sizes") or [4096, 65536, 1048576, 4194304, 16777216]
         n = int(params.get("nproc") or 4)
         rounds = tuple(4 * (2 * (n - 1) * alpha * 1e-6 + 2 * (n - 1) / n * s / (busbw * 1e9)) for s in sizes)
-        return NotebookPlan(name, budget, rank_sets=1, calls=1, figures=3,
+        # calls: the correctness check (it starts the ranks, before the share is taken), then the timing
+        return NotebookPlan(name, budget, rank_sets=1, calls=2, figures=3,
                             measurements=(Measurement("hand ring", rounds, frac["hand ring"], 1, 1, 500),),
                             fixed_s=0.5)
     if name == "04_predicting_allreduce":
         return NotebookPlan(name, budget, rank_sets=0, calls=0, figures=3, fixed_s=0.5)
     if name == "05_tensor_parallel":
-        b, h = sizing.compute_size(rates.flops_per_s)
+        b, h = sizing.compute_size(machine.flops_per_s)  # sized from rank 0's rate measured alone (its calls: 7)
         rounds = (sizing.layer_round_s(b, h, ("whole", "split"), rates),)
-        return NotebookPlan(name, budget, rank_sets=1, calls=6, figures=3, fixed_s=1.5,
+        return NotebookPlan(name, budget, rank_sets=1, calls=7, figures=3, fixed_s=1.5,
                             measurements=(Measurement("one split step", rounds, frac["one split step"],
                                                       *sizing.LAYER_REPS[quick]),))
     if name == "06_time_budget":
