@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from labutils.course.plans import notebook_plan  # noqa: E402
 from labutils.course.runner import find_notebooks, notebook_parameters, run_notebooks  # noqa: E402
-from labutils.measure.compute_rate import gemm_rate_worker  # noqa: E402
+from labutils.measure.compute_rate import measure_flops_per_s  # noqa: E402
 from labutils.measure.launch import cuda_device_count, free_memory_bytes, ping_worker, resolve_backend  # noqa: E402
-from labutils.measure.pool import launch  # noqa: E402
+from labutils.measure.pool import shared_pool, stop_shared_pool  # noqa: E402
 from labutils.measure.sweep import ensure_link  # noqa: E402
 from labutils.model.run_time import Machine, predict  # noqa: E402
 
@@ -38,9 +38,10 @@ def measure_machine(kernel_s: float | None, out: Path) -> Machine:
     """This machine's Machine: rates measured now, the link saved (or measured), start-up timed."""
     choice = resolve_backend("auto", "auto", 2)
     start = time.perf_counter()
-    launch(ping_worker, 2, backend=choice.backend, device=choice.device, timeout_s=120)
+    shared_pool(2, choice.backend, choice.device, 1).run(ping_worker, timeout_s=120)  # one thread per rank, as 08
     startup_s = time.perf_counter() - start
-    rate = launch(gemm_rate_worker, 1, like_ranks=2, backend=choice.backend, device=choice.device, timeout_s=120)[0]
+    rate = measure_flops_per_s(2, choice.backend, choice.device, 1)
+    stop_shared_pool()
     link = ensure_link(2, choice.backend, choice.device, quick=False)
     gpus = cuda_device_count()
     if kernel_s is None:

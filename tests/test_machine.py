@@ -10,7 +10,7 @@ from labutils import cli
 from labutils.core.inputs import LabInputError
 from labutils.course import machine
 from labutils.course.machine import FULL_BUDGET_S, QUICK_BUDGET_S, SHARES, Budget, budget_seconds
-from labutils.readers import cpus as lab_cpus
+from labutils.measure import placement as lab_cpus
 from labutils.readers.topology import list_samples
 
 
@@ -257,7 +257,7 @@ def test_an_exhausted_budget_gives_zero_not_a_negative_share():
     clock = FakeClock()
     budget = Budget("08_data_parallel_training", 12.0, clock)
     clock.now += 30.0
-    assert budget.share("one rank") == 0.0 and budget.left_s() < 0
+    assert budget.share("steps") == 0.0 and budget.left_s() < 0
 
 
 def test_every_measuring_notebook_shares_all_of_its_budget():

@@ -7,6 +7,7 @@ import pytest
 from rank_workers import affinity_worker
 
 from labutils.core.inputs import LabInputError
+from labutils.measure import placement as lab_cpus
 from labutils.measure.placement import (
     MAX_THREADS_PER_RANK,
     check_local_ranks,
@@ -14,7 +15,6 @@ from labutils.measure.placement import (
     max_local_ranks,
     plan_placement,
 )
-from labutils.readers import cpus as lab_cpus
 
 
 def write_sys_tree(root: Path, cores_per_socket: int, sockets: int = 2, smt: bool = False) -> Path:

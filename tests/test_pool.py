@@ -13,8 +13,9 @@ import pytest
 from rank_workers import faulty_ping_worker, solo_worker
 
 from labutils.core.inputs import LabInputError
+from labutils.measure import pool as lab_pool
 from labutils.measure.launch import RankError, ping_worker
-from labutils.measure.pool import RANK_LOG_ENV, RankPool, shared_pool, stop_shared_pool
+from labutils.measure.pool import RANK_LOG_ENV, RankPool, rank_progress, shared_pool, stop_shared_pool
 
 
 def _alive(pid: int) -> bool:
@@ -93,3 +94,63 @@ def test_a_process_that_exits_leaves_no_rank_behind():
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(p) for p in pids)
+
+
+# --- progress bars for the ranks' reports ------------------------------------------------------------
+
+class FakeBar:
+    def __init__(self, total, **kwargs):
+        self.total, self.n, self.closed, self.kwargs = total, 0, False, kwargs
+
+    def update(self, k):
+        self.n += k
+
+    def close(self):
+        self.closed = True
+
+
+def test_bar_follows_rank_zero_and_closes(monkeypatch):
+    bars = []
+    monkeypatch.setattr(lab_pool, "tqdm", lambda **kw: bars.append(FakeBar(**kw)) or bars[-1])
+    with rank_progress(4, "sizes", unit="size") as on_report:
+        on_report(0, {"done": 2})
+        on_report(1, {"done": 4})  # another rank: ignored
+        on_report(0, {"stage": "warm-up"})  # no count: ignored
+        assert (bars[0].n, bars[0].total) == (2, 4)
+        on_report(0, {"done": 3, "of": 6})
+    assert (bars[0].n, bars[0].total, bars[0].closed) == (3, 6, True)
+    assert bars[0].kwargs["unit"] == "size"
+
+
+def test_disabled_bar_gives_no_callback_and_errors_still_close(monkeypatch):
+    bars = []
+    monkeypatch.setattr(lab_pool, "tqdm", lambda **kw: bars.append(FakeBar(**kw)) or bars[-1])
+    with rank_progress(4, "sizes", enabled=False) as on_report:
+        assert on_report is None
+    assert bars == []
+    try:
+        with rank_progress(4, "sizes"):
+            raise RuntimeError("rank 1 failed")
+    except RuntimeError:
+        pass
+    assert bars[0].closed
+
+
+def test_a_result_sent_before_a_slower_rank_started_is_kept():
+    """Rank 0's first task needs no peer: its result can come before rank 1 says it started."""
+    import queue
+    import time
+
+    class Alive:
+        exitcode = None
+
+        def is_alive(self):
+            return True
+
+    pool = RankPool(2, "gloo", "cpu")
+    pool._out_q, pool._procs = queue.Queue(), [Alive(), Alive()]
+    for message in [("started", 0, 100), ("result", 0, "r0"), ("started", 1, 101), ("result", 1, "r1")]:
+        pool._out_q.put(message)
+    deadline = time.monotonic() + 5
+    assert pool._wait("started", 2, deadline, 5.0, None) == {0: 100, 1: 101}
+    assert pool._wait("result", 2, deadline, 5.0, None) == {0: "r0", 1: "r1"}

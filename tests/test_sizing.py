@@ -154,3 +154,32 @@ def test_compute_size_takes_about_the_target_on_any_device():
         assert b & (b - 1) == 0 and h % sizing.ROUND_TO == 0
         ms = sizing.block_flops(b, h) / flops * 1e3
         assert 0.5 <= ms <= 8.0  # b rounded to a power of two, H to 32: within a factor 4 of 2 ms
+
+
+@pytest.mark.parametrize("key", sorted(RATES))
+def test_the_split_pays_only_above_the_plans_break_even(key):
+    """With the machine's own rates, T2 - T1 (eta 0.9) changes sign inside 07's sizes."""
+    r = RATES[key]
+    plan = sizing.layer_plan(r, quick=False)
+    wins = []
+    for b, h in plan.sizes:
+        c_ms = sizing.block_flops(b, h) / r.flops_per_s * 1e3
+        t = budget.evaluate(0.0, c_ms, 0.9, 1, r.alpha_us / 1e3, sizing.block_volume_bytes(b, h), r.busbw_GBps)
+        wins.append(bool(t.t_two_ms < t.t_one_ms))
+    assert wins[0] is False and wins[-1] is True and wins == sorted(wins)
+
+
+def test_ranks_sharing_one_gpu_show_the_budgets_never_with_numbers():
+    """Two ranks time-sharing an H200: eta near 0.5, and the budget says never, naming why."""
+    r = RATES["h200"]
+    b, h = sizing.layer_plan(r, quick=False).sizes[-1]
+    c_ms = sizing.block_flops(b, h) / r.flops_per_s * 1e3
+    t = budget.evaluate(0.05, c_ms, 0.5, 1, r.alpha_us / 1e3, sizing.block_volume_bytes(b, h), r.busbw_GBps)
+    assert math.isinf(t.break_even_C_ms) and "eta <= 0.5" in budget.verdict(t)
+
+
+def test_ddp_batch_follows_the_link_per_flop():
+    cpu, one, eight = (sizing.ddp_plan(RATES[k], quick=False, budget_s=30.0) for k in ("laptop", "h200", "h100x8"))
+    assert one.batch_per_rank > eight.batch_per_rank > cpu.batch_per_rank  # gloo through the host: few bytes per flop
+    quick = sizing.ddp_plan(RATES["h200"], quick=True, budget_s=8.0)
+    assert quick.steps < one.steps and len(quick.widths) < len(one.widths)

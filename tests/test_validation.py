@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 from labutils.core.inputs import LabInputError
-from labutils.course import machine
 from labutils.experiments import split_timing as st
 from labutils.experiments import validation as val
 from labutils.experiments.tensor_parallel import LayerSize
@@ -238,45 +237,3 @@ def test_a_small_budget_gives_the_minimum_and_drops_the_largest_size():
     assert (frame["reps"] == 5).all() and frame["budget_cut"].all()
     rounds = frame.attrs["round_s"]
     assert len(rounds) == 2 and rounds[1] > 0 and "(4, 512, 2048)" in st.budget_note(frame)
-
-
-# --- sizes, a pure function of the route ----------------------------------------------------------------
-
-def test_layer_sizes_follow_the_route():
-    cpu = st.layer_plan(machine.route("07_validating_the_budget", 0), quick=False)
-    assert max(cpu.hidden_sizes) == 1024 and cpu.batch == 32 and cpu.sizes[0] == (32, 64)
-    quick = st.layer_plan(machine.route("07_validating_the_budget", 0), quick=True)
-    assert set(quick.hidden_sizes) < set(cpu.hidden_sizes) and 1 in quick.chunk_counts
-    for gpus in (1, 2, 8):
-        gpu = st.layer_plan(machine.route("07_validating_the_budget", gpus), quick=False)
-        assert gpu == st.layer_plan(machine.route("05_tensor_parallel", gpus), quick=False)
-        assert min(gpu.hidden_sizes) >= 256 and max(gpu.hidden_sizes) > 1024 and gpu.batch >= 256
-        assert gpu.timing_size[1] > cpu.timing_size[1] and 1 in gpu.chunk_counts
-        assert all((4 * h) % 2 == 0 for h in gpu.hidden_sizes)
-
-
-def _flops_per_ms(fp32_flops):
-    return fp32_flops / 1e3
-
-
-@pytest.mark.parametrize("gpus, flops, latency_ms, busbw", [
-    (0, 2e10, 0.3, 1.0),       # a CPU core against gloo on CPU
-    (8, 6.7e13, 0.02, 20.0),   # an H200 against NCCL over PCIe
-])
-def test_the_break_even_falls_inside_each_routes_sizes(gpus, flops, latency_ms, busbw):
-    """With a route's typical compute rate and link, T2 - T1 changes sign inside its sizes (eta 0.9)."""
-    plan = st.layer_plan(machine.route("07_validating_the_budget", gpus), quick=False)
-    sign = []
-    for b, h in plan.sizes:
-        c_ms = 16 * b * h * h / _flops_per_ms(flops)
-        t = budget.evaluate(0.0, c_ms, 0.9, 1, latency_ms, 4 * b * h, busbw)
-        sign.append(t.t_two_ms < t.t_one_ms)
-    assert sign[0] is False and sign[-1] is True
-
-
-def test_one_shared_gpu_shows_the_budgets_never_with_numbers():
-    """Two ranks time-sharing one GPU: eta near 0.5, and the budget says never, naming why."""
-    plan = st.layer_plan(machine.route("07_validating_the_budget", 1), quick=False)
-    b, h = plan.sizes[-1]
-    t = budget.evaluate(0.05, 16 * b * h * h / _flops_per_ms(6.7e13), 0.5, 1, 0.3, 4 * b * h, 1.7)
-    assert math.isinf(t.break_even_C_ms) and "eta <= 0.5" in budget.verdict(t)

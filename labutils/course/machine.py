@@ -24,9 +24,8 @@ from labutils.measure.launch import (
     ranks_per_gpu,
     resolve_backend,
 )
-from labutils.measure.placement import machine_placement
+from labutils.measure.placement import NumaNode, cpu_layout, machine_placement
 from labutils.measure.pool import launch
-from labutils.readers.cpus import NumaNode, cpu_layout
 
 FULL_BUDGET_S = 40.0  # seconds of measuring per notebook in full mode, on any machine
 QUICK_BUDGET_S = 12.0

@@ -13,10 +13,9 @@ import pandas as pd
 
 from labutils.core.busbw import format_size
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
-from labutils.core.progress import rank_progress
 from labutils.experiments.ddp_step import DDP_SECTIONS, StepConfig, contention_worker, ddp_timeline_worker, train_worker
 from labutils.measure.launch import resolve_backend
-from labutils.measure.pool import shared_pool
+from labutils.measure.pool import rank_progress, shared_pool
 from labutils.measure.timeline import Timeline, record_timeline
 from labutils.model.ddp_model import (
     DEFAULT_BUCKET_MB,

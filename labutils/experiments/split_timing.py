@@ -2,14 +2,14 @@
 labutils.experiments.validation holds the time budget against.
 
 Reading order:
-1. the sizes, a pure function of the route (`layer_plan`);
-2. the steps one rank times: the whole layer ("whole", rank 0 alone: T1), the split with one
+1. the steps one rank times: the whole layer ("whole", rank 0 alone: T1), the split with one
    all-reduce ("split": T2), the split's halves with no communication ("halves": the compute-only
    run that gives an eta *before* the split is measured), a replica of the whole layer per rank
    ("replica") and the split with the batch in chunks overlapping their all-reduces ("overlap");
-3. timing them interleaved repetition by repetition, so that load elsewhere on the machine hits
-   them alike (`time_layers` launches `time_layers_worker` on the ranks with
-   labutils.measure.launch.launch; one row per size, mode, chunk count and rank).
+2. timing them interleaved repetition by repetition, so that load elsewhere on the machine hits
+   them alike (`time_layers` runs `time_layers_worker` on the kernel's rank pool,
+   labutils.measure.pool.shared_pool; one row per size, mode, chunk count and rank). The sizes
+   come from the machine (labutils.model.sizing.layer_plan), the repetitions from a time budget.
 
 The model side (inputs, predictions, break-even, tables) is labutils.experiments.validation; it reads the
 rows and never starts a process.
@@ -18,7 +18,7 @@ rows and never starts a process.
 from __future__ import annotations
 
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import astuple
 
 import numpy as np
 import pandas as pd
@@ -26,7 +26,6 @@ import torch
 import torch.distributed as dist
 
 from labutils.core.inputs import check_choice, check_int, check_range
-from labutils.core.progress import rank_progress
 from labutils.experiments.tensor_parallel import (
     LayerSize,
     MLPWeights,
@@ -43,55 +42,13 @@ from labutils.experiments.tensor_parallel import (
     tp_block_step,
     weights_checksum,
 )
-from labutils.measure.pool import shared_pool
+from labutils.measure.pool import rank_progress, shared_pool
 from labutils.measure.timeline import Timeline, profile_step, record_timeline
 from labutils.measure.timing import SectionTimer, across_ranks, agree_reps, barrier, line_up, round_s
 from labutils.model.sizing import LAYER_REPS, Reps, dropped_sentence, fit_sizes, plan_reps, share_budget
 from labutils.model.toy_split import split_columns
 
-# --- 1. the sizes, a pure function of the route ------------------------------------------------------
-
-CPU_HIDDEN = (64, 96, 128, 192, 256, 384, 512, 768, 1024)
-GPU_HIDDEN = (256, 512, 1024, 2048, 4096, 6144)
-
-
-@dataclass(frozen=True)
-class LayerPlan:
-    """The layer sizes of notebooks 05 and 07: `batch` rows, `hidden_sizes` for the sweep, the size
-    of the overlap study, its chunk counts, 05's one timed size, and why they suit the route."""
-
-    batch: int
-    hidden_sizes: tuple[int, ...]
-    overlap_size: tuple[int, int]
-    chunk_counts: tuple[int, ...]
-    timing_size: tuple[int, int]
-    why: str
-
-    @property
-    def sizes(self) -> list[tuple[int, int]]:
-        return [(self.batch, h) for h in self.hidden_sizes]
-
-
-def layer_plan(route, quick: bool) -> LayerPlan:
-    """The sizes for `route` (a machine.Route; only whether it computes on a GPU matters).
-
-    The block's work is 16 b H^2 flops (both linears, ffn = 4H), its all-reduce moves 4 b H bytes.
-    On a CPU core (~1e10 flop/s) hidden 64..1024 at b = 32 spans ~0.02 to ~5 ms of compute against
-    gloo's fraction of a millisecond: the break-even falls inside. A GPU does ~6.7e13 fp32 flop/s,
-    so the same sizes take microseconds; b = 512 and hidden 256..6144 span ~10 us to ~5 ms, which
-    crosses NCCL's break-even, and on ranks sharing one GPU (eta near 0.5) shows the budget's
-    "never" with its numbers.
-    """
-    if getattr(route, "on_gpu", False):
-        hidden = (512, 2048, 4096) if quick else GPU_HIDDEN
-        return LayerPlan(512, hidden, (512, 4096), (1, 2, 4) if quick else (1, 2, 4, 8), (512, 4096),
-                         "GPU: 512 rows and hidden up to 6144, so compute reaches milliseconds")
-    hidden = tuple(sorted(set(CPU_HIDDEN[::2]) | set(CPU_HIDDEN[1::4]))) if quick else CPU_HIDDEN
-    return LayerPlan(32, hidden, (64, 512), (1, 2, 4) if quick else (1, 2, 4, 8), (32, 512),
-                     "CPU: 32 rows and hidden up to 1024, compute from microseconds to milliseconds per core")
-
-
-# --- 2. the steps one rank times ------------------------------------------------------------------------
+# --- 1. the steps one rank times ------------------------------------------------------------------------
 
 LAYER_MODES = ("whole", "split", "halves", "replica", "overlap")
 
@@ -115,7 +72,7 @@ def overlap_step(x, w: MLPWeights, activation: str, chunks: int, timer):
         return serial_tail(x, torch.cat(pieces, dim=0), w.b2)
 
 
-# --- 3. timing them interleaved ----------------------------------------------------------------------
+# --- 2. timing them interleaved ----------------------------------------------------------------------
 
 def _time_one_repetition(ctx, mode: str, step):
     """One aligned repetition of `step`: StepTimes on the ranks taking part, None elsewhere.

@@ -38,15 +38,18 @@ import os
 import pickle
 import queue as _queue
 import signal
+import sys
 import time
 import traceback
 import weakref
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import replace
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch.distributed as dist
+from tqdm.auto import tqdm
 
 from labutils.core.inputs import LabInputError, check_int
 from labutils.measure.launch import (
@@ -185,6 +188,7 @@ class RankPool:
                  like_ranks: int | None = None, oversubscribe: bool | None = None, preflight=None,
                  preflight_timeout_s: float = PREFLIGHT_TIMEOUT_S, group_timeout_share: float = 1.0):
         self.nproc = check_local_ranks(nproc, oversubscribe=oversubscribe)
+        self._early: dict[str, dict[int, Any]] = {}
         self.preflight_timeout_s = _check_timeout("preflight_timeout_s", preflight_timeout_s)
         self.backend, self.device = backend, device
         self.preflight = preflight_for(backend, preflight)
@@ -272,6 +276,7 @@ class RankPool:
                                          self.group_timeout_share, self.preflight, task if r < task[3] else None,
                                          self._inboxes[r], self._out_q, os.getpid()))
                        for r in range(self.nproc)]
+        self._early: dict[str, dict[int, Any]] = {}  # messages that came before they were waited for
         _LIVE.add(self)
         for r, p in enumerate(self._procs):
             p.start()
@@ -289,6 +294,9 @@ class RankPool:
         stages: dict[int, set[str]] = {r: set() for r in range(self.nproc)}
         preflight_deadline = None  # set when the last rank starts joining the group (start-up is not timed)
         idle = {r: None for r in range(ranks, self.nproc)}  # ranks without a task count as finished
+        # A rank whose first task needs no peer can send its result before a slower rank has said it
+        # started: that result was kept aside while the pool waited for "started" (see below).
+        got.update(self._early.pop(want, {}))
 
         def fail(wait_s: float) -> RankError:
             self._collect(want, got, errors, on_report, wait_s)
@@ -318,6 +326,8 @@ class RankPool:
             elif kind == "error":
                 errors[rank] = payload
                 raise fail(1.0)
+            elif kind in ("started", "result"):  # early: kept for the `_wait` that wants it
+                self._early.setdefault(kind, {})[rank] = payload
         return got
 
     def _collect(self, want: str, got: dict, errors: dict, on_report, wait_s: float) -> None:
@@ -334,6 +344,8 @@ class RankPool:
                 got[rank] = payload
             elif kind == "report" and on_report is not None:
                 on_report(rank, payload)
+            elif kind in ("started", "result"):
+                self._early.setdefault(kind, {})[rank] = payload
 
 
 _SHARED: RankPool | None = None
@@ -455,3 +467,37 @@ def _blame(procs, results: dict, errors: dict, timeout_s: float) -> RankError:
     missing = [r for r in range(len(procs)) if r not in results]
     return RankError(f"rank(s) {missing} did not finish within {timeout_s:g} s; all ranks were stopped",
                      rank=missing[0] if len(missing) == 1 else None)
+
+
+# --- progress bars for the ranks' reports -------------------------------------------------------------
+# A progress bar in the launching process, moved by rank 0's reports.
+#
+# A worker calls `ctx.report({"done": i, "of": n})` after each unit of work; `rank_progress`
+# yields the `on_report(rank, payload)` that labutils.measure.launch.launch (or run_this_rank) takes
+# and moves a tqdm.auto bar to rank 0's count. Every rank does the same work, so one rank's count
+# is the job's count.
+
+@contextmanager
+def rank_progress(total: int, desc: str, enabled: bool = True, unit: str = "it", leave: bool = False):
+    """Yield `on_report` for a launch (None when not `enabled`); the bar closes on exit, also on error.
+
+    The bar shows rank 0's payload["done"] out of payload["of"] (when given, else `total`);
+    reports without "done" and reports of other ranks are ignored.
+    """
+    if not enabled:
+        yield None
+        return
+
+    bar = tqdm(total=total, desc=desc, unit=unit, leave=leave, file=sys.stderr)
+
+    def on_report(rank: int, payload) -> None:
+        if rank != 0 or not isinstance(payload, dict) or "done" not in payload:
+            return
+        if payload.get("of"):
+            bar.total = payload["of"]
+        bar.update(payload["done"] - bar.n)
+
+    try:
+        yield on_report
+    finally:
+        bar.close()

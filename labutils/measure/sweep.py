@@ -38,7 +38,6 @@ from labutils.core.busbw import (
     sweep_sizes,
 )
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
-from labutils.core.progress import rank_progress
 from labutils.core.results import SweepResult, load_sweep, save_sweep
 from labutils.measure.harness import sweep_worker
 from labutils.measure.launch import (
@@ -55,7 +54,7 @@ from labutils.measure.launch import (
 )
 from labutils.measure.my_link import load_link, save_link
 from labutils.measure.placement import check_local_ranks, machine_placement
-from labutils.measure.pool import shared_pool
+from labutils.measure.pool import rank_progress, shared_pool
 from labutils.model.fit import LinkFit, fit_alpha_beta
 from labutils.readers.sources import run_nvidia_smi
 

@@ -111,42 +111,6 @@ def bucket_size_range(widths, depth: int, bucket_caps_mb=(), default_cap_mb: flo
 
 
 @dataclass(frozen=True)
-class ExperimentPlan:
-    """Model sizes (gradient MiB), per-rank batch, DDP bucket caps, steps and warm-up of notebook 08,
-    and why they suit the route."""
-
-    gradient_mib: tuple[float, ...]
-    batch_per_rank: int
-    bucket_caps_mb: tuple[float, ...]
-    steps: int
-    warmup: int
-    why: str
-
-
-def experiment_plan(route, quick: bool) -> ExperimentPlan:
-    """The sizes for `route` (a machine.Route; only its device and GPU sharing matter).
-
-    The bounds say something only when backward and the all-reduce are of the same order. Their
-    ratio is about batch x busbw / flop rate, whatever the width (backward ~ 4 b W^2 depth flops,
-    the gradient 4 W^2 depth bytes). A CPU core (~1e10-1e11 flop/s) against gloo on CPU (~1 GB/s)
-    is there at b = 32; a GPU (~6.7e13 fp32 flop/s on an H200) against gloo through host memory
-    (~1.7 GB/s, and the GPU's time shared by the ranks) needs thousands of rows: b = 8192, and 4096
-    with a GPU per rank and NCCL.
-    """
-    if not getattr(route, "on_gpu", False):
-        if quick:
-            return ExperimentPlan((1, 4), 32, (0.5, 2), 6, 2, "CPU: one core per rank; small models keep it quick")
-        return ExperimentPlan((2, 8, 32, 64), 32, (1, 4, 16, 64), 20, 3,
-                              "CPU: one core per rank, a batch of 32 rows per rank")
-    batch = 8192 if route.shares_gpu else 4096
-    why = (f"GPU: compute takes microseconds per row, so {batch} rows per rank give a backward pass of "
-           "milliseconds, comparable to the all-reduce")
-    if quick:
-        return ExperimentPlan((4, 16), batch // 4, (1, 4), 6, 2, why)
-    return ExperimentPlan((2, 8, 32, 64), batch, (1, 4, 16, 64), 20, 3, why)
-
-
-@dataclass(frozen=True)
 class StepPrediction:
     """Predicted N-rank step (ms): `no_overlap_ms` (sum bound) >= measured >= `overlap_ms` (max bound)."""
 
