@@ -42,9 +42,11 @@ quick: setup
 lint: setup
 	$(PY) -m ruff check labutils tests benchmarks tools
 
-## The linter, then the whole test suite.
+## The linter, then the whole test suite, in TEST_WORKERS processes (pytest-xdist; each test file in one
+## of them). Three on two cores: many tests wait on ranks and timeouts rather than compute.
+TEST_WORKERS ?= 3
 test: lint
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 ## JupyterLab on notebooks/, bound to 127.0.0.1, token kept on (--allow-root added for root);
 ## prints the URL with its token and the SSH tunnel command for a laptop.

@@ -68,9 +68,10 @@ def test_hung_rank_is_named_within_the_timeout():
 def test_no_child_survives_a_failure():
     import multiprocessing as mp
 
+    before = set(mp.active_children())  # an earlier test's shared pool may still be up: not this launch's
     with pytest.raises(RankError):
         launch(faulty_ping_worker, 2, kwargs={"fault_rank": 0, "fault": "hang"}, timeout_s=6)
-    assert mp.active_children() == []
+    assert set(mp.active_children()) <= before
 
 
 def test_resolve_backend_explains_its_choice():

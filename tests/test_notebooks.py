@@ -62,6 +62,6 @@ def test_notebook_executes_in_quick_mode(path, tmp_path, results_tmp, monkeypatc
     assert outcome.ok, f"{path.name} failed in cell {outcome.failed_cell}: {outcome.error}"
     assert outcome.html_path.exists()
     started = rank_log.read_text().splitlines() if rank_log.exists() else []
-    ranks = max((int(line.split()[3]) for line in started), default=0)  # "<pid> rank <r> of <n> ..."
+    ranks = max((int(line.split()[4]) for line in started), default=0)  # "<pid> rank <r> of <n> ..."
     assert len(started) <= 2 * ranks, f"{path.name}: the kernel started {len(started)} rank processes " \
                                       f"for {ranks} ranks (at most {2 * ranks}, restarts included)"

@@ -64,6 +64,7 @@ def test_one_start_serves_many_runs_and_a_failure_restarts_it(tmp_path, monkeypa
 
 @pytest.mark.distributed
 def test_the_shared_pool_is_kept_for_its_configuration_and_stopped_for_another():
+    stop_shared_pool()  # an earlier test in this process may have left one of the same configuration
     pool = shared_pool(2, "gloo", "cpu", threads_per_rank=1)
     try:
         assert shared_pool(2, "gloo", "cpu", threads_per_rank=1) is pool
