@@ -59,8 +59,10 @@ def test_hung_rank_is_named_within_the_timeout():
 
     started = time.monotonic()
     with pytest.raises(RankError) as info:
-        launch(faulty_ping_worker, 2, kwargs={"fault_rank": 1, "fault": "hang"}, timeout_s=10)
-    assert time.monotonic() - started < 25
+        # 20 s: the peer's collective gives up at 80% of the time left after start-up, and on a loaded
+        # machine (the suite runs in parallel) it needs the slack to report before the deadline
+        launch(faulty_ping_worker, 2, kwargs={"fault_rank": 1, "fault": "hang"}, timeout_s=20)
+    assert time.monotonic() - started < 40
     assert info.value.rank == 1
     assert "stopped responding" in str(info.value)
 
