@@ -222,6 +222,15 @@ def test_a_small_budget_gives_fewer_steps_and_says_it_cut_them():
     assert summary[["steps", "reps"]].iloc[0].tolist() == [40, 40] and not summary["budget_cut"].iloc[0]
 
 
+def test_a_spent_budget_leaves_out_the_widest_model_and_says_so():
+    run = data_parallel.scaling_experiment([16, 256], DEPTH, PER_RANK, nproc=2, steps=2, warmup=1, backend="gloo",
+                                           device="cpu", timeout_s=120, progress=False, contention=False,
+                                           budget_s=1e-4)
+    assert run.widths == (16,) and run.dropped_widths == (256,) and "256" in run.budget_note
+    assert set(run.summary["width"]) == {16} and (run.summary["steps"] == 2).all()  # the least steps, all cut
+    assert data_parallel.scaling_table(run.summary)["world_size"].eq(2).all()  # the tables hold what was measured
+
+
 def test_a_budget_that_is_not_positive_is_refused_before_starting_ranks():
     cfg = ddp_step.StepConfig(WIDTH, DEPTH, PER_RANK, "single")
     with pytest.raises(LabInputError, match="budget_s"):
@@ -235,7 +244,7 @@ def test_scaling_experiment_measures_no_configuration_twice_and_shares_the_budge
 
     def one_rank(configs, nproc, *args, budget_s=None, **kwargs):
         seen.append((nproc, list(configs), budget_s))
-        return pd.DataFrame({"run": range(len(configs))})
+        return pd.DataFrame({"run": range(len(configs)), "width": [c.width for c in configs]})
 
     def n_ranks(configs, nproc, *args, budget_s=None, ranks=None, **kwargs):
         return one_rank(configs, ranks or nproc, budget_s=budget_s), None  # ranks=1: rank 0 of the pool alone
@@ -249,7 +258,7 @@ def test_scaling_experiment_measures_no_configuration_twice_and_shares_the_budge
     assert n1 == 1 and len(singles) == len(set(singles)) == 4  # widths 64 and 128, at b and 2 b
     assert n2 == 2 and len(many) == len(set(many)) == 4  # ddp and no_overlap each; the 25 MiB cap is the default's
     assert share1 + share2 == pytest.approx(9.0) and share1 == pytest.approx(4.5)
-    assert run.summary["run"].tolist() == list(range(8))
+    assert run.summary["run"].tolist() == list(range(8)) and run.widths == (64, 128) and not run.dropped_widths
     seen.clear()
     data_parallel.scaling_experiment([64], nproc=1, contention=False)
     assert len(seen[0][1]) == 1 and seen[0][2] is None  # one rank: the global batch is the per-rank one

@@ -144,11 +144,22 @@ def summarize(steps: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class DataParallelRun:
-    """What `scaling_experiment` measured: the `summary` (one row per run, ms) and the `contention`
-    probe on N ranks (`contention_worker`, None when not asked for)."""
+    """What `scaling_experiment` measured: the `summary` (one row per run, ms), the `contention`
+    probe on N ranks (`contention_worker`, None when not asked for), the `widths` measured on N
+    ranks and those the budget left out (`dropped_widths`: not even their least steps fitted)."""
 
     summary: pd.DataFrame
     contention: dict | None = None
+    widths: tuple[int, ...] = ()
+    dropped_widths: tuple[int, ...] = ()
+
+    @property
+    def budget_note(self) -> str:
+        """One sentence for the notebook: which models, if any, the budget left out."""
+        if not self.dropped_widths:
+            return "Every model fitted the budget."
+        return (f"Left out for time: the model(s) of width {', '.join(map(str, self.dropped_widths))} (not even "
+                "their least steps fitted the budget); give a larger budget_s to measure them.")
 
 
 def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: int = 2, steps: int = 10,
@@ -174,27 +185,35 @@ def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: 
     if budget_s is not None:
         check_range("budget_s", budget_s, low=0, unit="s")  # 0: only the least repetitions
     widths = list(dict.fromkeys(int(w) for w in np.atleast_1d(widths)))
-    bucket_width = bucket_width or max(widths)
-    singles, many = [], []
+    singles = []
     for width in widths:
         base = StepConfig(width, depth, batch_per_rank, "single", DEFAULT_BUCKET_MB, steps, warmup, min_time_s)
         singles += [base] + ([replace(base, batch_per_rank=batch_per_rank * nproc)] if nproc > 1 else [])
-        many += [replace(base, mode="ddp"), replace(base, mode="no_overlap")]
-    base = replace(many[0], width=bucket_width, mode="ddp")
-    many += [replace(base, bucket_cap_mb=c) for c in distinct_bucket_caps(bucket_width, depth, bucket_caps_mb)]
-    probe = {"width": max(widths), "depth": depth, "batch_per_rank": batch_per_rank} if contention else None
-    many = list(dict.fromkeys(many))
+
+    def n_rank_configs(kept):  # DDP and no overlap per model; the bucket caps on `bucket_width` (or the widest)
+        many = [replace(c, mode=m) for c in singles if c.width in kept and c.batch_per_rank == batch_per_rank
+                for m in ("ddp", "no_overlap")]
+        width = bucket_width if bucket_width in kept else max(kept)
+        base = replace(many[0], width=width, mode="ddp")
+        return list(dict.fromkeys(many + [replace(base, bucket_cap_mb=c)
+                                          for c in distinct_bucket_caps(width, depth, bucket_caps_mb)]))
+
+    total = len(singles) + len(n_rank_configs(widths))
 
     def share_s(part):  # the run's share of the budget, by its number of configurations
-        return None if budget_s is None else budget_s * len(part) / (len(singles) + len(many))
+        return None if budget_s is None else budget_s * len(part) / total
 
-    one = summarize(_launch(singles, nproc, backend, device, timeout_s, progress, ranks=1,
-                            budget_s=share_s(singles))[0])
+    one_steps = _launch(singles, nproc, backend, device, timeout_s, progress, ranks=1, budget_s=share_s(singles))[0]
+    kept = [w for w in widths if w in set(one_steps["width"])]  # the one-rank run leaves out the widest first
+    many = n_rank_configs(kept)
+    probe = {"width": max(kept), "depth": depth, "batch_per_rank": batch_per_rank} if contention else None
     steps_n, found = _launch(many, nproc, backend, device, timeout_s, progress, contention=probe,
                              budget_s=share_s(many))
-    n = summarize(steps_n)
+    one, n = summarize(one_steps), summarize(steps_n)
     n["run"] += len(one)
-    return DataParallelRun(pd.concat([one, n], ignore_index=True), found)
+    measured = tuple(w for w in widths if w in set(steps_n["width"]))
+    return DataParallelRun(pd.concat([one, n], ignore_index=True), found, measured,
+                           tuple(w for w in widths if w not in measured))
 
 
 def _single(summary: pd.DataFrame, run: pd.Series, batch: int) -> pd.Series:

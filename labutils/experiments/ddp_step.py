@@ -44,7 +44,6 @@ from labutils.measure.timing import (
     barrier,
     group_size,
     line_up,
-    round_s,
     synchronize,
     time_loop,
 )
@@ -301,13 +300,16 @@ def train_worker(ctx, configs: list[StepConfig], ddp_reference: bool = True, int
             _check_world(cfg, ctx.world_size)
             steps[index] = RankStep(cfg, ctx)
             _warm_up(steps[index], cfg.warmup)
-        probe_s = round_s(lambda: _round(steps, ddp_reference), ctx.device)  # noqa: B023 (called right here)
+        costs = _probe_round(steps, ddp_reference, ctx.device)
         # the budget covers the whole call: building, warm-up and the probe come out of it (rank 0's
         # clock decides, agree_reps broadcasts), and the group takes its part of what is left
         left_s = None if budget_s is None else max(0.0, budget_s - (time.perf_counter() - start))
         share = None if left_s is None else left_s * len(group) / waiting
         waiting -= len(group)
-        agreed = agree_reps([_plan(cfg, probe_s, share) for _, cfg in group], ctx.device)
+        kept = _widths_that_fit(group, costs, share)
+        probe_s = sum(costs[index] for index, cfg in group if cfg.width in kept)
+        agreed = agree_reps([_plan(cfg, probe_s, share) if cfg.width in kept else Reps(0, True, False)
+                             for _, cfg in group], ctx.device)
         plans = dict(zip(steps, agreed))
         timed = {index: [] for index in steps}
         longest = max(p.reps for p in agreed)
@@ -316,8 +318,33 @@ def train_worker(ctx, configs: list[StepConfig], ddp_reference: bool = True, int
                 timed[index].append(row)
             ctx.report({"done": r + 1, "of": longest})
         for index, step in steps.items():
-            rows += _finish_rows(step, _mean_over_ranks(timed[index], ctx.device), index, ctx, plans[index])
+            if plans[index].reps:  # every rank agreed on the counts, so every rank skips the same ones
+                rows += _finish_rows(step, _mean_over_ranks(timed[index], ctx.device), index, ctx, plans[index])
     return rows
+
+
+def _probe_round(steps: dict, ddp_reference: bool, device: str) -> dict:
+    """One complete round, each configuration's part timed on the wall clock (its line-up step and
+    reference pass included): {index: seconds}."""
+    costs = {}
+    barrier(device)
+    for index, step in steps.items():
+        started = time.perf_counter()
+        _time_one_step(step, ddp_reference and step.cfg.mode == "ddp")
+        synchronize(device)
+        costs[index] = time.perf_counter() - started
+    return costs
+
+
+def _widths_that_fit(group: list, costs: dict, share_s: float | None) -> set[int]:
+    """The model widths whose least steps fit `share_s`: the widest are left out first (all their
+    configurations together), the narrowest is always kept; every width without a budget."""
+    widths = sorted({cfg.width for _, cfg in group})
+    if share_s is None:
+        return set(widths)
+    while len(widths) > 1 and sum(costs[i] * (cfg.steps + 1) for i, cfg in group if cfg.width in widths) > share_s:
+        widths.pop()
+    return set(widths)
 
 
 def _finish_rows(step: RankStep, timed: list[dict], index: int, ctx, plan: Reps) -> list[dict]:
