@@ -42,8 +42,9 @@ quick: setup
 lint: setup
 	$(PY) -m ruff check labutils tests benchmarks tools
 
-## The linter, then the whole test suite, in TEST_WORKERS processes (pytest-xdist; each test file in one
-## of them). Three on two cores: many tests wait on ranks and timeouts rather than compute.
+## The linter, then the whole test suite, in TEST_WORKERS processes (pytest-xdist; the tests spread
+## over them, a file with its own servers kept in one). Three on two cores: many tests wait on ranks
+## and timeouts rather than compute.
 TEST_WORKERS ?= 3
 test: lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(ARGS)
