@@ -42,8 +42,8 @@ quick: setup
 lint: setup
 	$(PY) -m ruff check labutils tests benchmarks tools
 
-## The linter, then the whole test suite, in TEST_WORKERS processes (pytest-xdist; the tests spread
-## over them, a file with its own servers kept in one). Three on two cores: many tests wait on ranks
+## The linter, then the whole test suite, in TEST_WORKERS processes (pytest-xdist; each test file in one
+## of them, so a file's module-scoped servers start once). Three on two cores: many tests wait on ranks
 ## and timeouts rather than compute.
 TEST_WORKERS ?= 3
 test: lint

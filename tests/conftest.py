@@ -82,16 +82,11 @@ def _needs_gpu(item) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     """`-m cuda` selects every test that needs a GPU (benchmarks/gpu_check.py runs them): tests
-    marked `cuda` are skipped where torch sees no GPU, and GPU-only skipif tests get the marker.
-    The browser and lab tests are grouped for pytest-xdist (see below)."""
+    marked `cuda` are skipped where torch sees no GPU, and GPU-only skipif tests get the marker."""
     import torch
 
     has_gpu = torch.cuda.is_available()
     for item in items:
-        # Module-scoped servers (a JupyterLab, a browser): under pytest-xdist --dist loadgroup their
-        # file's tests stay in one worker, which starts them once; every other test goes where it fits.
-        if item.path.name in ("test_browser.py", "test_lab.py"):
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
         if not _needs_gpu(item):
             continue
         item.add_marker(pytest.mark.cuda)
