@@ -62,7 +62,7 @@ def test_ddp_batch_makes_compute_and_all_reduce_of_one_order(key):
     b = sizing.ddp_batch(r)
     for width in (256, 1024, 4096):
         compute = sizing.ddp_step_flops(width, 4, b) / r.flops_per_s
-        comm = 2 * (2 - 1) / 2 * sizing.ddp_gradient_bytes(width, 4) / (r.busbw_GBps * 1e9)
+        comm = 2 * (2 - 1) / 2 * sizing.mlp_gradient_bytes(width, 4) / (r.busbw_GBps * 1e9)
         if 4 < b < 65536:  # not clamped: within the power-of-two rounding
             assert 1 / math.sqrt(2) - 0.01 <= compute / comm <= math.sqrt(2) * 1.01
 

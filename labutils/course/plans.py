@@ -19,20 +19,17 @@ from labutils.core.busbw import sweep_sizes
 from labutils.core.inputs import LabInputError
 from labutils.course.machine import SHARES, budget_seconds
 from labutils.model import sizing
+from labutils.model.fit import allreduce_ms
 from labutils.model.run_time import Machine, Measurement, NotebookPlan, predict
 
 # --- the notebooks as the run-time model sees them ------------------------------------------------
-
-def _allreduce_s(size_bytes: float, alpha_us: float, busbw_GBps: float, nproc: int) -> float:
-    return alpha_us * 1e-6 + 2 * (nproc - 1) / nproc * size_bytes / (busbw_GBps * 1e9)
-
 
 def _sweep(what: str, machine: Machine, share_s: float, max_bytes: int, nproc: int, alpha_us: float,
            busbw_GBps: float) -> Measurement:
     """A sweep 1 KiB .. `max_bytes` (x2): a round per size is one all-reduce, plus the check; the
     sweep's 5 warm-up calls (SweepConfig's, in both modes) and 3..1000 calls per size."""
     sizes = sweep_sizes(1024, max_bytes, 2)
-    rounds = tuple(2 * _allreduce_s(s, alpha_us, busbw_GBps, nproc) + machine.call_s / 10 for s in sizes)
+    rounds = tuple(2 * allreduce_ms(s, nproc, busbw_GBps, alpha_us) / 1e3 + machine.call_s / 10 for s in sizes)
     return Measurement(what, rounds, share_s, warmup=5, min_reps=3, max_reps=1000)
 
 

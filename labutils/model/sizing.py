@@ -37,6 +37,8 @@ import math
 from dataclasses import dataclass
 
 from labutils.core.inputs import check_int, check_range
+from labutils.model.ddp_model import mlp_gradient_bytes
+from labutils.model.fit import allreduce_ms
 
 ROUND_TO = 32  # hidden sizes are multiples of 32: 4H splits evenly over up to 8 ranks (and 128 on a GPU)
 # (warm-up rounds, least and most timed repetitions) per size of 07's layers, quick and full mode
@@ -75,8 +77,8 @@ def block_volume_bytes(batch: int, hidden: int) -> float:
 
 
 def allreduce_s(volume_bytes: float, rates: Rates, nproc: int = 2) -> float:
-    """alpha + 2(N-1)/N * V / busbw, in seconds (nccl-tests' bus bandwidth, decimal GB/s)."""
-    return rates.alpha_us * 1e-6 + 2 * (nproc - 1) / nproc * volume_bytes / (rates.busbw_GBps * 1e9)
+    """alpha + 2(N-1)/N * V / busbw, in seconds: the lab's one all-reduce time (fit.allreduce_ms)."""
+    return float(allreduce_ms(volume_bytes, nproc, rates.busbw_GBps, rates.alpha_us)) / 1e3
 
 
 def break_even_hidden(batch: int, rates: Rates, nproc: int = 2) -> float:
@@ -186,11 +188,6 @@ def ddp_step_flops(width: int, depth: int, batch: int) -> float:
     return 6.0 * batch * width * width * depth
 
 
-def ddp_gradient_bytes(width: int, depth: int) -> float:
-    """fp32 weights and biases of `depth` Linear(w, w) layers: 4 (w^2 + w) d bytes."""
-    return 4.0 * (width * width + width) * depth
-
-
 def ddp_batch(rates: Rates, nproc: int = 2) -> int:
     """Per-rank rows that make compute equal the gradient all-reduce:
     6 b w^2 d / F = 2(N-1)/N * 4 w^2 d / B  =>  b = 4 F (N - 1) / (3 N B), as a power of two in [4, 65536]."""
@@ -213,7 +210,7 @@ def ddp_step_s(width: int, depth: int, batch: int, rates: Rates, nproc: int = 2)
     """A step with nothing hidden (seconds): compute at `step_flops_per_s` + alpha + 2(N-1)/N * G / B
     (no all-reduce for one rank)."""
     compute = ddp_step_flops(width, depth, batch) / step_flops_per_s(batch, rates)
-    return compute + (allreduce_s(ddp_gradient_bytes(width, depth), rates, nproc) if nproc > 1 else 0.0)
+    return compute + allreduce_s(mlp_gradient_bytes(width, depth), rates, nproc)  # 0 for one rank
 
 
 @dataclass(frozen=True)
@@ -268,7 +265,7 @@ def ddp_plan(rates: Rates, quick: bool, budget_s: float, depth: int = 4, nproc: 
             break
         width = nxt
     widths = widths_for(width)
-    gradient_mib = ddp_gradient_bytes(widths[-1], depth) / 2**20
+    gradient_mib = mlp_gradient_bytes(widths[-1], depth) / 2**20
     caps = tuple(c for c in (1.0, 4.0, 16.0, 64.0) if c < 2 * gradient_mib)[:ncaps] or (1.0,)
     step = ddp_step_s(widths[-1], depth, batch, rates, nproc)
     why = (f"{batch} rows per rank make compute ({rates.flops_per_s / 1e9:.3g} GFLOP/s) and the all-reduce "
