@@ -25,8 +25,8 @@ TORCH_FREE = ("core", "readers", "model")
 # behind 07/08), and a notebook leaves that set once its count is within the limit.
 MODULE_LIMIT = 20
 NOTEBOOK_MODULE_CEILINGS = {"00_check_your_machine": 7, "01_topology": 25, "02_allreduce_sweep": 29,
-                            "03_ring_by_hand": 18, "04_predicting_allreduce": 19, "05_tensor_parallel": 21,
-                            "06_time_budget": 19, "07_validating_the_budget": 28, "08_data_parallel_training": 27}
+                            "03_ring_by_hand": 18, "04_predicting_allreduce": 19, "05_tensor_parallel": 23,
+                            "06_time_budget": 19, "07_validating_the_budget": 29, "08_data_parallel_training": 27}
 NOT_YET_WITHIN_LIMIT = {"01_topology", "02_allreduce_sweep", "05_tensor_parallel", "07_validating_the_budget",
                         "08_data_parallel_training"}
 
