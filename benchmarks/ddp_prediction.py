@@ -15,7 +15,7 @@ apart (no bound includes it).
 Targets: the measured DDP step lies between the two bounds, and the no-overlap prediction is
 within 25 % of the measured no-overlap step for the largest models (the two largest sizes).
 On CPU ranks backward and gloo's threads share the cores, so the first target can fail for a
-reason notebook 08 measures (`data_parallel.contention_worker`); on a GPU route it should hold.
+reason notebook 10 measures (`data_parallel.contention_worker`); on a GPU route it should hold.
 Prints PASS or FAIL per target; the exit status is 0 either way (a measurement, not a test).
 """
 

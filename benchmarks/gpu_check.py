@@ -18,9 +18,9 @@ with each step's limit (the default `--budget-s` 480 s, split so that the limits
    width NVML reports (labutils.readers.topology.nvml_facts, else nvidia-smi), rate from
    labutils.readers.links.pcie_figure scaled by width / 16; the CUDA-event timer is checked against a
    synchronised host clock on the same copy (within 15 %), 30 s;
-5. notebooks 07 and 08 in full mode, first, each alone (`python -m labutils run-notebooks --only
+5. notebooks 09 and 10 in full mode, first, each alone (`python -m labutils run-notebooks --only
    <name>`), each under half of the step's 150 s;
-6. the other notebooks (00 to 06) in full mode, each alone, in course order, each under
+6. the other notebooks (00 to 08) in full mode, each alone, in course order, each under
    NOTEBOOK_LIMIT_S (75 s) while the step's 155 s last.
 
 Step k must end by the sum of the limits of the steps up to k (scaled down when `--budget-s` is
@@ -36,11 +36,11 @@ MEASURED when nothing measured it; never asserted by a unit test):
 
 - every notebook under 60 s in full mode; their seconds adding up to under 180 s on a 16-core,
   1-GPU machine;
-- the median T2 prediction error of the split-layer notebook (07) under 20 % (figure
+- the median T2 prediction error of the split-layer notebook (09) under 20 % (figure
   `t2_median_error_pct`, else its older name `tp_prediction_error`): the after-the-fact view, eta
   from the split run itself, so only S and l + V/B are predicted (the notebook's a-priori error,
   from runs made before the split, is `t2_apriori_median_error_pct`, reported in the summary);
-- the measured DDP step (08) between its no-overlap and ideal-overlap bounds for at least 3 of 4
+- the measured DDP step (10) between its no-overlap and ideal-overlap bounds for at least 3 of 4
   sizes (figure `ddp_between_bounds`, a "k/n" string);
 - H2D at least 80 % of the PCIe wire rate;
 - harness / bare gloo-on-CUDA busbw at least 0.95 from 1 MiB up.
@@ -85,7 +85,7 @@ H2D_TARGET = 0.80
 GLOO_RATIO_TARGET = 0.95
 COPY_BYTES = 256 << 20
 NOTEBOOK_DIR = ROOT / "notebooks"
-FIRST_NOTEBOOKS = ("07", "08")  # run first: the ones that have not been seen to finish on a GPU
+FIRST_NOTEBOOKS = ("09", "10")  # run first: the ones that have not been seen to finish on a GPU
 RUNNER = ("-m", "labutils", "run-notebooks")  # after sys.executable (tests put a fake runner here)
 NOTEBOOK_PACKAGES = ("torch", "pandas", "matplotlib", "ipywidgets", "nbformat", "nbconvert", "papermill",
                      "ipykernel", "jupyter_client", "tqdm")
@@ -104,7 +104,7 @@ STEPS = {
     2: Step(2, "NCCL with one rank", 40, ("torch", "pandas")),
     3: Step(3, "gloo on CUDA: harness vs bare all_reduce", 40, ("torch", "pandas")),
     4: Step(4, "host<->GPU copies vs the PCIe wire", 30, ("torch", "pandas")),
-    5: Step(5, "notebooks 07 and 08, each alone", 150, NOTEBOOK_PACKAGES),
+    5: Step(5, "notebooks 09 and 10, each alone", 150, NOTEBOOK_PACKAGES),
     6: Step(6, "the other notebooks, each alone", 155, NOTEBOOK_PACKAGES),
 }
 OPTIONAL = {4: ("pynvml", "nvidia-ml-py: the PCIe generation and width come from nvidia-smi instead")}
@@ -124,7 +124,7 @@ def schedule(numbers, budget_s: float) -> list[tuple[Step, float, float]]:
 
 
 def notebook_order(directory=NOTEBOOK_DIR) -> tuple[list[str], list[str]]:
-    """(step 5's notebooks, step 6's): those starting with 07 or 08, in that order, then the rest
+    """(step 5's notebooks, step 6's): those starting with 09 or 10, in that order, then the rest
     in file-name order (the runner's course order)."""
     stems = sorted(p.stem for p in Path(directory).glob("*.ipynb"))
     first = [s for prefix in FIRST_NOTEBOOKS for s in stems if s.startswith(prefix)]
@@ -462,8 +462,8 @@ def run_notebooks_alone(stems: list[str], args, limit_for) -> dict:
 
 
 def step_first_notebooks(args) -> dict:
-    """5. notebooks 07 and 08, each alone, each under its share of the step: the k-th of n must end
-    by k/n of the step's time (so 08 gets what 07 left unused)."""
+    """5. notebooks 09 and 10, each alone, each under its share of the step: the k-th of n must end
+    by k/n of the step's time (so 10 gets what 09 left unused)."""
     stems = notebook_order(args.notebooks or NOTEBOOK_DIR)[0]
     end = _left_s(args) - STOP_S
     return run_notebooks_alone(stems, args, lambda i, left: left - end * (len(stems) - 1 - i) / len(stems))

@@ -1,12 +1,12 @@
 """Each notebook's seconds on this machine against what the run-time model predicts for it.
 
-    .venv/bin/python benchmarks/notebook_run_time.py                 # 07 and 08, full mode
-    .venv/bin/python benchmarks/notebook_run_time.py --only 00,04,07 --quick
+    .venv/bin/python benchmarks/notebook_run_time.py                 # 09 and 10, full mode
+    .venv/bin/python benchmarks/notebook_run_time.py --only 00,05,09 --quick
 
 First this machine is measured, as labutils.model.run_time.Machine describes one: the fp32 GEMM
 rate of one rank's device (one core at one thread on the CPU route, labutils.measure.compute_rate),
 the saved link of 2 ranks (alpha, busbw; a sweep when none is saved), the start-up of one set of
-2 ranks (spawn to the first all-reduce), and a kernel's start with the imports (notebook 04, which
+2 ranks (spawn to the first all-reduce), and a kernel's start with the imports (notebook 05, which
 measures nothing: its seconds less its figures, `--kernel-s` to give it). Then the notebooks run
 as `make run` runs them (the runner, into a temporary folder), and each one's seconds are printed
 beside the prediction, PASS when within `--tolerance` (30 %). The figures depend on how busy the
@@ -38,14 +38,14 @@ def measure_machine(kernel_s: float | None, out: Path) -> Machine:
     """This machine's Machine: rates measured now, the link saved (or measured), start-up timed."""
     choice = resolve_backend("auto", "auto", 2)
     start = time.perf_counter()
-    shared_pool(2, choice.backend, choice.device, 1).run(ping_worker, timeout_s=120)  # one thread per rank, as 08
+    shared_pool(2, choice.backend, choice.device, 1).run(ping_worker, timeout_s=120)  # one thread per rank, as 10
     startup_s = time.perf_counter() - start
     rate = measure_flops_per_s(2, choice.backend, choice.device, 1)
     stop_shared_pool()
     link = ensure_link(2, choice.backend, choice.device, quick=False)
     gpus = cuda_device_count()
     if kernel_s is None:
-        run_notebooks("04", quick=False, out_dir=out / "kernel")
+        run_notebooks("05", quick=False, out_dir=out / "kernel")
         seconds = json.loads((out / "kernel" / "summary.json").read_text())["notebooks"]
         kernel_s = max(0.5, next(iter(seconds.values()))["seconds"] - 3 * 0.4 - 0.5)
     return Machine("this machine", cores=os.cpu_count() or 1, gpus=gpus, flops_per_s=rate, alpha_us=link.alpha_us,
@@ -55,7 +55,7 @@ def measure_machine(kernel_s: float | None, out: Path) -> Machine:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="07,08", help="notebooks to run, as run-notebooks --only (default 07,08)")
+    parser.add_argument("--only", default="09,10", help="notebooks to run, as run-notebooks --only (default 09,10)")
     parser.add_argument("--quick", action="store_true", help="quick mode instead of full mode")
     parser.add_argument("--kernel-s", type=float, default=None, help="a kernel's start and imports, seconds")
     parser.add_argument("--tolerance", type=float, default=0.30,

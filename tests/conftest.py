@@ -12,7 +12,7 @@ sys.path.insert(0, str(ROOT))
 
 @pytest.fixture(scope="session")
 def results_tmp(tmp_path_factory):
-    """One results directory shared by the notebook runs, so 04 finds what 02 measured."""
+    """One results directory shared by the notebook runs, so 05 finds what 02 measured."""
     return tmp_path_factory.mktemp("results")
 
 

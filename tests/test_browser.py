@@ -109,9 +109,9 @@ def test_a_slider_renders_and_reaches_the_kernel(lab, page):
     assert not cell_errors(page)
 
 
-# --- the time-budget dashboard of notebook 06 ---
+# --- the time-budget dashboard of notebook 08 ---
 
-BUDGET_NOTEBOOK = "06_time_budget.ipynb"
+BUDGET_NOTEBOOK = "08_time_budget.ipynb"
 READOUT = "div.lab-dashboard div.lab-readout[data-verdict]"
 FIGURE = "img.lab-figure"
 INPUT_ATTRS = {f"data-{key.replace('_', '-').lower()}": key for key in BASE_CASE}
@@ -167,7 +167,7 @@ def _assert_dashboard_shows_model(page, lab, expected_inputs: dict) -> str:
 
 @pytest.fixture(scope="module")
 def budget_page(lab, browser):
-    """Notebook 06 opened and run once; yields (page, the readout's inputs right after rendering)."""
+    """Notebook 08 opened and run once; yields (page, the readout's inputs right after rendering)."""
     page = browser.new_page()
     try:
         open_notebook(page, lab, BUDGET_NOTEBOOK)
@@ -179,7 +179,7 @@ def budget_page(lab, browser):
         page.locator(READOUT).wait_for()
         yield page, _readout(page)[0]
     finally:
-        _screenshot(page, "06_time_budget")
+        _screenshot(page, "08_time_budget")
         page.close()
 
 

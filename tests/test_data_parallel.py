@@ -340,7 +340,7 @@ def test_is_between_and_where_the_bounds_take_compute_from():
     assert (p.overlap_ms, p.no_overlap_ms) == (5.5, 8.5)
     assert ddp_model.is_between(5.5, p) and ddp_model.is_between(8.5, p) and not ddp_model.is_between(8.6, p)
     assert not ddp_model.is_between(5.4, p)
-    cpu, one, eight = (machine.route("08_data_parallel_training", g) for g in (0, 1, 8))
+    cpu, one, eight = (machine.route("10_data_parallel_training", g) for g in (0, 1, 8))
     assert [ddp_model.bounds_compute(r) for r in (cpu, one, eight)] == ["one_rank", "n_rank", "one_rank"]
     assert [ddp_model.bounds_expected(r) for r in (cpu, one, eight)] == [False, True, True]
 

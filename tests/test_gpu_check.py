@@ -29,12 +29,12 @@ def gc():
 
 @pytest.fixture
 def fake_runner(gc, tmp_path, monkeypatch):
-    """Notebook files 00_a, 01_b, 02_c, 07_v, 08_d (empty: the fake runner never opens them), the
+    """Notebook files 00_a, 01_b, 02_c, 09_v, 10_d (empty: the fake runner never opens them), the
     fake runner in place of run-notebooks, and `use(plan, step_s)`: the parsed args of a --device
     cpu run with `step_s` seconds left to its step. `calls()` lists what the runner was asked."""
     nbs = tmp_path / "nbs"
     nbs.mkdir()
-    for stem in ("00_a", "01_b", "02_c", "07_v", "08_d"):
+    for stem in ("00_a", "01_b", "02_c", "09_v", "10_d"):
         (nbs / f"{stem}.ipynb").write_text("{}")
     calls = tmp_path / "calls.jsonl"
     monkeypatch.setattr(gc, "RUNNER", (str(FAKE_RUNNER),))
@@ -76,11 +76,11 @@ def test_the_default_plan_fits_480_s_and_a_smaller_budget_scales_it(gc):
 
 
 def test_notebooks_07_and_08_come_first_then_the_rest_in_course_order(gc, tmp_path):
-    for stem in ("08_d", "00_a", "07_v", "03_c", "01_b"):
+    for stem in ("10_d", "00_a", "09_v", "03_c", "01_b"):
         (tmp_path / f"{stem}.ipynb").write_text("{}")
-    assert gc.notebook_order(tmp_path) == (["07_v", "08_d"], ["00_a", "01_b", "03_c"])
+    assert gc.notebook_order(tmp_path) == (["09_v", "10_d"], ["00_a", "01_b", "03_c"])
     first, rest = gc.notebook_order()
-    assert first == ["07_validating_the_budget", "08_data_parallel_training"] and rest[0].startswith("00_")
+    assert first == ["09_validating_the_budget", "10_data_parallel_training"] and rest[0].startswith("00_")
     assert gc.notebook_order(tmp_path / "nothing") == ([], [])
 
 
@@ -93,13 +93,13 @@ def test_dry_run_prints_the_plan_and_runs_nothing(gc, fake_runner, monkeypatch, 
     assert "plan: budget 480 s, the step limits add up to 475 s" in out
     rows = [line for line in out.splitlines() if " up to " in line and ", ends by " in line]
     assert [r.split(".")[0].strip() for r in rows] == ["1", "2", "3", "4", "5", "6"]
-    assert "5. notebooks 07 and 08, each alone: up to 150 s, ends by 320 s; all packages importable" in out
-    assert "full mode, in order: 07_v, then 08_d; each up to 72 s" in out
+    assert "5. notebooks 09 and 10, each alone: up to 150 s, ends by 320 s; all packages importable" in out
+    assert "full mode, in order: 09_v, then 10_d; each up to 72 s" in out
     assert "full mode, in order: 00_a, 01_b, 02_c; each up to 75 s while the step has time" in out
     assert fake_runner.calls() == [] and not fake_runner.out.exists()
     assert gc.main(["--dry-run", "--steps", "5", "--budget-s", "85"]) == 0  # no GPU here: the plan all the same
     out = capsys.readouterr().out
-    assert "nothing to check" in out and "5. notebooks 07 and 08, each alone: up to 80 s, ends by 80 s" in out
+    assert "nothing to check" in out and "5. notebooks 09 and 10, each alone: up to 80 s, ends by 80 s" in out
 
 
 def test_bad_input_is_one_line_and_exit_status_2(gc, capsys):
@@ -114,19 +114,19 @@ def test_bad_input_is_one_line_and_exit_status_2(gc, capsys):
 # --- the notebooks steps, with the fake runner ----------------------------------------------------
 
 def test_07_and_08_run_first_each_alone_with_their_figures_and_the_60_s_target(gc, fake_runner, capsys):
-    args = fake_runner.use({"07_v": {"seconds": 41.5, "figures": {"t2_median_error_pct": 12.5}, "units": {
-        "t2_median_error_pct": "%"}}, "08_d": {"seconds": 61.0, "figures": {"ddp_between_bounds": "3/4"}}}, 60.0)
+    args = fake_runner.use({"09_v": {"seconds": 41.5, "figures": {"t2_median_error_pct": 12.5}, "units": {
+        "t2_median_error_pct": "%"}}, "10_d": {"seconds": 61.0, "figures": {"ddp_between_bounds": "3/4"}}}, 60.0)
     facts = gc.step_first_notebooks(args)
     calls = fake_runner.calls()
-    assert [c["only"] for c in calls] == ["07_v", "08_d"]  # one runner per notebook, 07 first
-    assert [Path(c["out"]).name for c in calls] == ["07_v", "08_d"] and not any(c["quick"] for c in calls)
+    assert [c["only"] for c in calls] == ["09_v", "10_d"]  # one runner per notebook, 09 first
+    assert [Path(c["out"]).name for c in calls] == ["09_v", "10_d"] and not any(c["quick"] for c in calls)
     assert {c["results_dir"] for c in calls} == {str(fake_runner.out / "results")}  # one results folder for all
     runs = facts["summary"]["notebooks"]
-    assert (runs["07_v"]["status"], runs["07_v"]["seconds"]) == ("PASS", 41.5)
-    assert (runs["08_d"]["status"], runs["08_d"]["error"]) == ("FAIL", "over the 60 s target")
+    assert (runs["09_v"]["status"], runs["09_v"]["seconds"]) == ("PASS", 41.5)
+    assert (runs["10_d"]["status"], runs["10_d"]["error"]) == ("FAIL", "over the 60 s target")
     assert facts["status"] == "FAIL" and facts["detail"].startswith("1/2 PASS in 102 s, 1 FAIL")
     out = capsys.readouterr().out
-    assert "07_v" in out and "PASS" in out and "t2_median_error_pct=12.5 %" in out and "ddp_between_bounds=3/4" in out
+    assert "09_v" in out and "PASS" in out and "t2_median_error_pct=12.5 %" in out and "ddp_between_bounds=3/4" in out
 
 
 def test_a_notebook_past_its_limit_is_stopped_and_the_rest_still_run(gc, fake_runner, tmp_path, monkeypatch):
@@ -150,15 +150,15 @@ def test_a_notebook_past_its_limit_is_stopped_and_the_rest_still_run(gc, fake_ru
 
 def test_08_gets_its_own_share_after_07_overruns_and_nothing_starts_without_time(gc, fake_runner, monkeypatch):
     monkeypatch.setattr(gc, "MIN_LIMIT_S", 0.5)
-    args = fake_runner.use({"07_v": {"sleep_s": 60}, "08_d": {"seconds": 20.0}}, gc.STOP_S + 4.0)
+    args = fake_runner.use({"09_v": {"sleep_s": 60}, "10_d": {"seconds": 20.0}}, gc.STOP_S + 4.0)
     runs = gc.step_first_notebooks(args)["summary"]["notebooks"]
-    assert runs["07_v"]["status"] == "TIMEOUT" and 1.9 < runs["07_v"]["seconds"] < 4  # half of the 4 s
-    assert runs["08_d"]["status"] == "PASS"
+    assert runs["09_v"]["status"] == "TIMEOUT" and 1.9 < runs["09_v"]["seconds"] < 4  # half of the 4 s
+    assert runs["10_d"]["status"] == "PASS"
     monkeypatch.setattr(gc, "MIN_LIMIT_S", 10.0)
     facts = gc.step_other_notebooks(fake_runner.use({}, gc.STOP_S + 5))
     assert {r["status"] for r in facts["summary"]["notebooks"].values()} == {"SKIP"}
     assert facts["summary"]["notebooks"]["00_a"]["error"] == "not run: 5 s of the step left"
-    assert len(fake_runner.calls()) == 2  # 07 and 08 above; none of the skipped ones
+    assert len(fake_runner.calls()) == 2  # 09 and 10 above; none of the skipped ones
     empty = fake_runner.use({})
     empty.notebooks = str(fake_runner.out)
     assert gc.step_first_notebooks(empty)["status"] == "SKIP"
@@ -170,8 +170,8 @@ def test_main_runs_the_steps_in_order_under_the_budget_and_merges_the_notebooks(
     monkeypatch.setattr(gc, "missing_packages", lambda names, *a: [])
     asked = []
     facts = {3: {"gloo_ratio_min": 0.97, "gloo_device": "cuda"}, 4: {"h2d_fraction": 0.88},
-             5: {"summary": _summary({"07_v": 50.0, "08_d": 55.0}, {"07_v": {"t2_median_error_pct": 9.0},
-                                                                    "08_d": {"ddp_between_bounds": "4/4"}})},
+             5: {"summary": _summary({"09_v": 50.0, "10_d": 55.0}, {"09_v": {"t2_median_error_pct": 9.0},
+                                                                    "10_d": {"ddp_between_bounds": "4/4"}})},
              6: {"summary": _summary({"00_a": 10.0, "01_b": 75.0}, {}, {"01_b": "TIMEOUT"})}}
 
     def fake_run_step(step, args, limit_s):
@@ -186,11 +186,11 @@ def test_main_runs_the_steps_in_order_under_the_budget_and_merges_the_notebooks(
     for (number, limit), ends_by in zip(asked, [60, 100, 140, 170, 320, 475]):
         assert ends_by - 2 < limit <= ends_by, (number, limit)
     merged = json.loads((fake_runner.out / "notebooks" / "summary.json").read_text())
-    assert list(merged["notebooks"]) == ["07_v", "08_d", "00_a", "01_b"]
+    assert list(merged["notebooks"]) == ["09_v", "10_d", "00_a", "01_b"]
     out = capsys.readouterr().out
     assert "FAIL         every notebook under 60 s: over: 01_b 75.0 s (TIMEOUT)" in out
-    assert "PASS         median T2 error under 20%: 9.0% (07_v: t2_median_error_pct)" in out
-    assert "PASS         DDP step between its bounds for at least 3 of 4 sizes: 4/4 (08_d)" in out
+    assert "PASS         median T2 error under 20%: 9.0% (09_v: t2_median_error_pct)" in out
+    assert "PASS         DDP step between its bounds for at least 3 of 4 sizes: 4/4 (10_d)" in out
     assert "FAIL         the notebooks' seconds add up to under 180 s (16 cores, 1 GPU): 190 s over 4" in out
 
 
@@ -198,12 +198,12 @@ def test_main_runs_the_steps_in_order_under_the_budget_and_merges_the_notebooks(
 
 def test_targets_pass_and_fail_from_fake_summaries(gc):
     good = {"h2d_fraction": 0.88, "gloo_ratio_min": 0.97, "gloo_device": "cuda",
-            "summary": _summary({"07_validating_the_budget": 40.0, "08_data_parallel_training": 55.0},
-                                {"07_validating_the_budget": {"t2_median_error_pct": 12.5},
-                                 "08_data_parallel_training": {"ddp_between_bounds": "3/4"}})}
+            "summary": _summary({"09_validating_the_budget": 40.0, "10_data_parallel_training": 55.0},
+                                {"09_validating_the_budget": {"t2_median_error_pct": 12.5},
+                                 "10_data_parallel_training": {"ddp_between_bounds": "3/4"}})}
     targets = gc.evaluate_targets(good)
     assert [t.status for t in targets] == ["PASS"] * 6
-    assert "08_data_parallel_training" in targets[3].detail and "12.5%" in targets[2].detail
+    assert "10_data_parallel_training" in targets[3].detail and "12.5%" in targets[2].detail
     assert targets[0].detail.startswith("95 s over 2 notebook(s)")
     bad = {**good, "h2d_fraction": 0.5, "gloo_ratio_min": 0.9,
            "summary": _summary({"06_x": 61.0, "07_y": 120.0}, {"06_x": {"t2_median_error_pct": 25.0},
@@ -236,9 +236,9 @@ def test_facts_of_steps_5_and_6_join_one_summary_and_notebook_lines(gc):
     gc.merge_facts(facts, {"h2d_fraction": 0.9, "summary": _summary({"07": 1.0}, {})})
     gc.merge_facts(facts, {"summary": _summary({"00": 2.0}, {})})
     assert facts["h2d_fraction"] == 0.9 and list(facts["summary"]["notebooks"]) == ["07", "00"]
-    line = gc.format_notebooks({"notebooks": {"07_v": {"status": "TIMEOUT", "seconds": 72.0, "figures": {},
+    line = gc.format_notebooks({"notebooks": {"09_v": {"status": "TIMEOUT", "seconds": 72.0, "figures": {},
                                                        "error": "stopped at its limit, 72 s"}}})
-    assert line.split() == ["07_v", "TIMEOUT", "72.0", "s", "(stopped", "at", "its", "limit,", "72", "s)"]
+    assert line.split() == ["09_v", "TIMEOUT", "72.0", "s", "(stopped", "at", "its", "limit,", "72", "s)"]
 
 
 # --- packages, limits and one real step ----------------------------------------------------------

@@ -78,7 +78,7 @@ def test_check_cli_text_and_json(run_cli):
     assert code == 0
     assert {"python", "torch_version", "torch_build", "cuda_available", "gpu_count", "gpu_names", "nccl_version",
             "gloo_available", "nvidia_smi", "cpu_cores", "numa_nodes", "route"} <= data.keys()
-    assert data["route"]["06_time_budget"]
+    assert data["route"]["08_time_budget"]
 
 
 @pytest.mark.distributed
@@ -163,7 +163,7 @@ def test_lspci_missing_hanging_failing_or_silent_is_one_line(monkeypatch, tmp_pa
     assert run_lspci() == ("-D -vvv\n", "")
 
 
-RANKED = ("02_allreduce_sweep", "05_tensor_parallel", "07_validating_the_budget", "08_data_parallel_training")
+RANKED = ("02_allreduce_sweep", "06_tensor_parallel", "09_validating_the_budget", "10_data_parallel_training")
 
 
 # --- the route, a pure function of the GPU count ------------------------------------------------------
@@ -195,20 +195,20 @@ def test_route_of_the_sweep_draws_its_comparisons():
 
 
 def test_route_without_ranks_and_bad_input():
-    assert machine.route("06_time_budget", 8).nproc == 0
+    assert machine.route("08_time_budget", 8).nproc == 0
     assert machine.route("01_topology", 1).copy_ceiling is True and machine.route("01_topology", 0).nproc == 0
     with pytest.raises(LabInputError, match="notebook"):
         machine.route("99_nothing", 1)
     with pytest.raises(LabInputError, match="gpu_count"):
         machine.route("02_allreduce_sweep", -1)
     with pytest.raises(LabInputError, match="one GPU per rank"):
-        machine.route("08_data_parallel_training", 1, backend="nccl")
+        machine.route("10_data_parallel_training", 1, backend="nccl")
 
 
 def test_check_reports_the_route_of_each_case():
     one = dict(machine.check(gpu_count=1).route)
-    assert "gloo on CUDA tensors" in one["02_allreduce_sweep"] and "GPU" in one["08_data_parallel_training"]
-    assert "NCCL" in dict(machine.check(gpu_count=8).route)["07_validating_the_budget"]
+    assert "gloo on CUDA tensors" in one["02_allreduce_sweep"] and "GPU" in one["10_data_parallel_training"]
+    assert "NCCL" in dict(machine.check(gpu_count=8).route)["09_validating_the_budget"]
 
 
 def test_detect_case_names_gpus_from_nvml_without_a_context(fake_gpus):
@@ -240,7 +240,7 @@ def test_budget_s_defaults_and_checks():
 
 def test_shares_come_out_of_what_is_left():
     clock = FakeClock()
-    budget = Budget("07_validating_the_budget", 40.0, clock)
+    budget = Budget("09_validating_the_budget", 40.0, clock)
     clock.now += 4.0  # rank start-up and the link: paid from the budget
     first = budget.share("before the split")
     assert first == pytest.approx(36.0 * 0.3)
@@ -255,7 +255,7 @@ def test_shares_come_out_of_what_is_left():
 
 def test_an_exhausted_budget_gives_zero_not_a_negative_share():
     clock = FakeClock()
-    budget = Budget("08_data_parallel_training", 12.0, clock)
+    budget = Budget("10_data_parallel_training", 12.0, clock)
     clock.now += 30.0
     assert budget.share("steps") == 0.0 and budget.left_s() < 0
 
@@ -263,5 +263,5 @@ def test_an_exhausted_budget_gives_zero_not_a_negative_share():
 def test_every_measuring_notebook_shares_all_of_its_budget():
     for name, fractions in SHARES.items():
         assert sum(fractions.values()) == pytest.approx(1.0), name
-    with pytest.raises(LabInputError, match="06_time_budget"):
-        Budget("06_time_budget", 10.0)
+    with pytest.raises(LabInputError, match="08_time_budget"):
+        Budget("08_time_budget", 10.0)

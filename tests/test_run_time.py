@@ -21,14 +21,14 @@ def test_every_notebook_fits_its_limit_on_every_machine(key, quick, limit_s):
 
 def test_the_plans_read_the_notebooks_parameters():
     machine = MACHINES["laptop"]
-    params = NOTEBOOKS["03_ring_by_hand"]
-    few = predict(machine, notebook_plan("03_ring_by_hand", machine, {**params, "sizes": [4096]}))
-    many = predict(machine, notebook_plan("03_ring_by_hand", machine, params))
-    assert len(notebook_plan("03_ring_by_hand", machine, params).measurements[0].rounds_s) == len(params["sizes"])
+    params = NOTEBOOKS["04_ring_by_hand"]
+    few = predict(machine, notebook_plan("04_ring_by_hand", machine, {**params, "sizes": [4096]}))
+    many = predict(machine, notebook_plan("04_ring_by_hand", machine, params))
+    assert len(notebook_plan("04_ring_by_hand", machine, params).measurements[0].rounds_s) == len(params["sizes"])
     # the budget bounds the measuring, whatever the number of sizes
     assert few.parts_s["hand ring"] <= many.parts_s["hand ring"] * 1.5
-    longer = predict(machine, notebook_plan("07_validating_the_budget", machine, {"budget_s": 80.0}))
-    shorter = predict(machine, notebook_plan("07_validating_the_budget", machine, {"budget_s": 20.0}))
+    longer = predict(machine, notebook_plan("09_validating_the_budget", machine, {"budget_s": 80.0}))
+    shorter = predict(machine, notebook_plan("09_validating_the_budget", machine, {"budget_s": 20.0}))
     assert longer.total_s > shorter.total_s + 15  # the small sizes reach their repetition cap
 
 

@@ -73,13 +73,13 @@ def test_only_and_params_are_checked(three_notebooks):
 
 @pytest.mark.notebook
 def test_summary_holds_what_the_real_notebook_computed(tmp_path):
-    """Run notebook 06 with a parameter changed; its summary figures equal the model's numbers."""
+    """Run notebook 08 with a parameter changed; its summary figures equal the model's numbers."""
     from labutils.course.runner import run_notebooks
     from labutils.model.budget import evaluate
 
-    outcomes = run_notebooks(only="06", quick=True, params={"bandwidth_GBps": 50.0}, out_dir=tmp_path)
+    outcomes = run_notebooks(only="08", quick=True, params={"bandwidth_GBps": 50.0}, out_dir=tmp_path)
     assert [o.ok for o in outcomes] == [True], outcomes[0].error
-    figures = json.loads((tmp_path / "summary.json").read_text())["notebooks"]["06_time_budget"]["figures"]
+    figures = json.loads((tmp_path / "summary.json").read_text())["notebooks"]["08_time_budget"]["figures"]
     expected = evaluate(S_ms=0.8, C_ms=12.0, eta=0.8, Q=4, latency_ms=0.03, volume_bytes=2_000_000,
                         bandwidth_GBps=50.0)
     assert figures["budget_speedup"] == pytest.approx(expected.speedup, rel=1e-12)

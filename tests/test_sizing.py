@@ -158,7 +158,7 @@ def test_compute_size_takes_about_the_target_on_any_device():
 
 @pytest.mark.parametrize("key", sorted(RATES))
 def test_the_split_pays_only_above_the_plans_break_even(key):
-    """With the machine's own rates, T2 - T1 (eta 0.9) changes sign inside 07's sizes."""
+    """With the machine's own rates, T2 - T1 (eta 0.9) changes sign inside 09's sizes."""
     r = RATES[key]
     plan = sizing.layer_plan(r, quick=False)
     wins = []

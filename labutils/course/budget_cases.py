@@ -1,4 +1,4 @@
-"""The article's worked cases of the time budget (data/budget_cases.json, notebook 06): each case
+"""The article's worked cases of the time budget (data/budget_cases.json, notebook 08): each case
 changes some inputs of the base case and lists the figures the article prints for it.
 
 `load_cases` reads the file; `cases_table` evaluates every case with labutils.model.budget.

@@ -1,4 +1,4 @@
-"""Graders of notebook 06 (the time budget: break-even, minimum bandwidth, the critical hidden size),
+"""Graders of notebook 08 (the time budget: break-even, minimum bandwidth, the critical hidden size),
 on the shared reading and judging of `labutils.course.grading`.
 """
 
@@ -8,7 +8,7 @@ from labutils.course.grading import grade
 from labutils.model import budget as bm
 from labutils.model import hardware_ratio as hr
 
-# --- 06 · the time budget ---------------------------------------------------------------------------------
+# --- 08 · the time budget ---------------------------------------------------------------------------------
 
 def check_break_even(answer_ms, *, eta=0.8, Q=4, latency_ms=0.03, volume_bytes=2_000_000,
                      bandwidth_GBps=10.0) -> str:

@@ -1,4 +1,4 @@
-"""Graders of notebook 08 (data-parallel training): the largest gradient that ideal overlap hides
+"""Graders of notebook 10 (data-parallel training): the largest gradient that ideal overlap hides
 behind backward, and the link a target efficiency needs; on the shared reading and judging of
 `labutils.course.grading`.
 """

@@ -1,4 +1,4 @@
-"""Graders of notebooks 03 (the ring by hand) and 04 (predicting all-reduce): the ring's bytes and
+"""Graders of notebooks 04 (the ring by hand) and 05 (predicting all-reduce): the ring's bytes and
 steps, the hand ring against the library's, the bandwidth-only all-reduce time, and the ranks at
 which the ring's latency term passes a limit."""
 
@@ -12,7 +12,7 @@ from labutils.course.grading import GiB_PER_GB, check_prediction, grade, read_wh
 from labutils.model.fit import allreduce_ms, latency_term_us
 from labutils.model.ring import ring_bytes_per_rank
 
-# --- 03 · the ring by hand ----------------------------------------------------------------------------
+# --- 04 · the ring by hand ----------------------------------------------------------------------------
 
 
 def check_ratio_prediction(predicted, measured: float, what: str = "hand ring time / gloo all_reduce time") -> str:
@@ -56,7 +56,7 @@ def check_ring_steps(answer_steps, world_size: int = 8) -> str:
     return f"Not yet ({answer}). Count the panels of the drawing above for N = 4, then generalise."
 
 
-# --- 04 · predicting all-reduce ------------------------------------------------------------------------
+# --- 05 · predicting all-reduce ------------------------------------------------------------------------
 
 
 def check_allreduce_prediction(answer_ms, size_bytes: float, world_size: int, busbw_GBps: float) -> str:

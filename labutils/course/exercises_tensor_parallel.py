@@ -1,4 +1,4 @@
-"""Graders of notebook 05 (tensor parallelism): the toy split's contributions, on the shared reading
+"""Graders of notebook 06 (tensor parallelism): the toy split's contributions, on the shared reading
 and judging of `labutils.course.grading`.
 """
 

@@ -1,4 +1,4 @@
-"""Graders of notebook 07 (the time budget held against a measured split layer): T2 predicted from
+"""Graders of notebook 09 (the time budget held against a measured split layer): T2 predicted from
 the measured inputs, on the shared reading and judging of `labutils.course.grading`.
 """
 

@@ -32,10 +32,10 @@ QUICK_BUDGET_S = 12.0
 
 SHARES = {  # each measuring notebook's experiments and the fraction of its budget each gets
     "02_allreduce_sweep": {"sweep": 0.7, "sweep beside": 0.3},
-    "03_ring_by_hand": {"hand ring": 1.0},
-    "05_tensor_parallel": {"one split step": 1.0},
-    "07_validating_the_budget": {"before the split": 0.3, "the split": 0.45, "overlap": 0.25},
-    "08_data_parallel_training": {"steps": 1.0},  # scaling_experiment shares it over its runs
+    "04_ring_by_hand": {"hand ring": 1.0},
+    "06_tensor_parallel": {"one split step": 1.0},
+    "09_validating_the_budget": {"before the split": 0.3, "the split": 0.45, "overlap": 0.25},
+    "10_data_parallel_training": {"steps": 1.0},  # scaling_experiment shares it over its runs
 }
 
 
@@ -124,29 +124,36 @@ ROUTES = {
                            "gloo on CUDA tensors, 2 ranks sharing the GPU (GPU -> host -> socket -> host -> GPU), "
                            "gloo on CPU beside it, the pinned host<->GPU copy as the wire's ceiling",
                            "NCCL all-reduce across the GPUs, and gloo on CUDA tensors for comparison"),
-    "03_ring_by_hand": ("a ring all-reduce by hand on 4 gloo CPU ranks, against gloo's own",) * 3,
-    "04_predicting_allreduce": ("alpha-beta fit of the gloo sweep", "alpha-beta fit of the gloo-on-CUDA sweep",
+    "03_nccl_transports": ("NCCL's connection log read from the lab's samples",
+                           "NCCL's connection log read from the lab's samples (one GPU has no peer to connect to)",
+                           "a short NCCL run on this machine's GPUs, logged with NCCL_DEBUG=INFO"),
+    "04_ring_by_hand": ("a ring all-reduce by hand on 4 gloo CPU ranks, against gloo's own",) * 3,
+    "05_predicting_allreduce": ("alpha-beta fit of the gloo sweep", "alpha-beta fit of the gloo-on-CUDA sweep",
                                 "alpha-beta fit of the NCCL sweep"),
-    "05_tensor_parallel": ("2-rank split layer with gloo on CPU",
+    "06_tensor_parallel": ("2-rank split layer with gloo on CPU",
                            "2-rank split layer computed on the GPU (ranks sharing it), gloo carrying the all-reduce",
                            "2-rank split layer with NCCL, one GPU per rank"),
-    "06_time_budget": ("the time-budget model (pure arithmetic)",) * 3,
-    "07_validating_the_budget": ("model vs a measured split layer on gloo, each rank on cores of its own",
+    "07_backward_and_precision": ("2-rank split block's backward with gloo on CPU, and the precision of a split",
+                                  "2-rank split block's backward computed on the GPU (ranks sharing it), gloo "
+                                  "carrying the all-reduces",
+                                  "2-rank split block's backward with NCCL, one GPU per rank"),
+    "08_time_budget": ("the time-budget model (pure arithmetic)",) * 3,
+    "09_validating_the_budget": ("model vs a measured split layer on gloo, each rank on cores of its own",
                                  "model vs a split layer computed on the GPU (ranks sharing it), gloo all-reduce",
                                  "model vs a measured split layer on NCCL, one GPU per rank"),
-    "08_data_parallel_training": ("DDP step with gloo on CPU, one core per rank",
+    "10_data_parallel_training": ("DDP step with gloo on CPU, one core per rank",
                                   "DDP step computed on the GPU (ranks sharing it), gloo all-reduce on CPU threads",
                                   "DDP step with NCCL, one GPU per rank"),
 }
 _CASES = ("cpu", "one-gpu", "multi-gpu")
-RANKED = ("02_allreduce_sweep", "04_predicting_allreduce", "05_tensor_parallel", "07_validating_the_budget",
-          "08_data_parallel_training")  # the notebooks that start ranks
+RANKED = ("02_allreduce_sweep", "05_predicting_allreduce", "06_tensor_parallel", "07_backward_and_precision",
+          "09_validating_the_budget", "10_data_parallel_training")  # the notebooks that start ranks
 
 # What a route stands for, and what it cannot show, by (backend, device, ranks share a GPU).
 _MEANING = {
     ("gloo", "cpu", False): (
         "two devices that are two CPU cores, each rank a process with its own core(s), joined by gloo "
-        "over loopback and shared memory",
+        "over TCP on the loopback interface",
         "GPU compute, NCCL, and the PCIe or NVLink wires between GPUs"),
     ("gloo", "cuda", True): (
         "two devices whose link is gloo through host memory (GPU -> host -> socket -> host -> GPU) and whose "

@@ -10,7 +10,7 @@ repetitions to its share (labutils.model.sizing).
 round at each size. Sizes come from labutils.model.sizing, as the notebooks choose them, and the
 other settings from the notebook's own `parameters` cell (`params`, runner.notebook_parameters),
 so the prediction follows the notebooks as they change. Assumed: notebook 02 has saved a sweep
-and a link before 04, 07 and 08 run (the course order), so they measure none of their own.
+and a link before 05, 09 and 10 run (the course order), so they measure none of their own.
 """
 
 from __future__ import annotations
@@ -65,13 +65,14 @@ def notebook_plan(name: str, machine: Machine, params: dict) -> NotebookPlan:
         if beside:
             alpha, busbw = _cpu_link(machine) if machine.route == "one-gpu" else (machine.alpha_us * 4, 2.0)
             sweeps.append(_sweep("sweep beside", machine, frac["sweep beside"], max_bytes, nproc, alpha, busbw))
-        # the NCCL_DEBUG capture (full mode, several GPUs): ranks with their own environment, after the
-        # budget is spent, so their start-up is other time; calls: the one all-reduce by hand and the sweep,
-        # the same two beside, and the capture
+        # calls: the one all-reduce by hand and the sweep, the same two beside
+        return NotebookPlan(name, budget, rank_sets=1 + beside, calls=2 + 2 * beside, figures=4,
+                            measurements=tuple(sweeps), fixed_s=1.0)
+    if name == "03_nccl_transports":
+        # the NCCL_DEBUG capture (full mode, several GPUs): one tiny sweep on ranks of its own environment
         capture = machine.route == "multi-gpu" and not quick
-        return NotebookPlan(name, budget, rank_sets=1 + beside, calls=2 + 2 * beside + capture, figures=4,
-                            measurements=tuple(sweeps), fixed_s=1.0 + capture * machine.startup_s)
-    if name == "03_ring_by_hand":
+        return NotebookPlan(name, budget, rank_sets=int(capture), calls=int(capture), figures=0, fixed_s=0.5)
+    if name == "04_ring_by_hand":
         alpha, busbw = _cpu_link(machine)
         sizes = [4096, 262144, 4194304] if quick else params.get("sizes") or [4096, 65536, 1048576, 4194304, 16777216]
         n = int(params.get("nproc") or 4)
@@ -80,17 +81,19 @@ def notebook_plan(name: str, machine: Machine, params: dict) -> NotebookPlan:
         return NotebookPlan(name, budget, rank_sets=1, calls=2, figures=3,
                             measurements=(Measurement("hand ring", rounds, frac["hand ring"], 1, 1, 500),),
                             fixed_s=0.5)
-    if name == "04_predicting_allreduce":
+    if name == "05_predicting_allreduce":
         return NotebookPlan(name, budget, rank_sets=0, calls=0, figures=3, fixed_s=0.5)
-    if name == "05_tensor_parallel":
-        b, h = sizing.compute_size(machine.flops_per_s)  # sized from rank 0's rate measured alone (its calls: 7)
+    if name == "06_tensor_parallel":
+        b, h = sizing.compute_size(machine.flops_per_s)  # sized from rank 0's rate measured alone (its calls: 4)
         rounds = (sizing.layer_round_s(b, h, ("whole", "split"), rates),)
-        return NotebookPlan(name, budget, rank_sets=1, calls=7, figures=3, fixed_s=1.5,
+        return NotebookPlan(name, budget, rank_sets=1, calls=4, figures=1, fixed_s=1.0,
                             measurements=(Measurement("one split step", rounds, frac["one split step"],
                                                       *sizing.LAYER_REPS[quick]),))
-    if name == "06_time_budget":
+    if name == "07_backward_and_precision":  # the precision study runs in the kernel; three checks on ranks
+        return NotebookPlan(name, budget, rank_sets=1, calls=3, figures=1, fixed_s=1.0)
+    if name == "08_time_budget":
         return NotebookPlan(name, budget, rank_sets=0, calls=0, figures=5, fixed_s=1.0)
-    if name == "07_validating_the_budget":
+    if name == "09_validating_the_budget":
         layers = sizing.layer_plan(rates, quick)
         def rounds(modes, sizes, chunks=(1,)):
             return tuple(sizing.layer_round_s(b, h, modes, rates, 2, chunks) for b, h in sizes)
@@ -102,7 +105,7 @@ def notebook_plan(name: str, machine: Machine, params: dict) -> NotebookPlan:
                           frac["overlap"], *reps))
         step = sizing.layer_round_s(*layers.overlap_size, ("overlap",), rates, 2, (max(layers.chunk_counts),))
         return NotebookPlan(name, budget, rank_sets=1, calls=5, figures=3, measurements=ms, fixed_s=0.5 + 10 * step)
-    if name == "08_data_parallel_training":
+    if name == "10_data_parallel_training":
         depth = int(params.get("depth") or 4)
         # sized after the ranks started (the GEMM probe runs on them): from the budget then left
         plan = sizing.ddp_plan(rates, quick, max(1.0, budget - machine.startup_s), depth, nproc)

@@ -1,6 +1,6 @@
 """The instructor's run: execute notebooks headlessly with papermill, render HTML, write an index.
 
-`python -m labutils run-notebooks [--quick] [--only 02,05] [--param key=value ...] [--out out/]`
+`python -m labutils run-notebooks [--quick] [--only 02,06] [--param key=value ...] [--out out/]`
 runs the chosen notebooks in order. A failing notebook is reported with its cell and error, or
 with the stage that failed after it ran (reading it back, rendering HTML, saving plots, recording
 figures), and the others still run; the exit status is 1 when any failed. Each notebook may
@@ -74,7 +74,7 @@ STAGES = {"execute": "executing", "read": "reading the executed notebook back", 
 
 
 def find_notebooks(only: str | None = None, directory: Path = NOTEBOOK_DIR) -> list[Path]:
-    """Notebooks in `directory`, in file-name order; `only="02,06"` keeps those whose name starts so.
+    """Notebooks in `directory`, in file-name order; `only="02,08"` keeps those whose name starts so.
 
     LabInputError for a folder without notebooks, an `only` that names none ('' or ',') or a
     prefix that matches no notebook.
@@ -86,7 +86,7 @@ def find_notebooks(only: str | None = None, directory: Path = NOTEBOOK_DIR) -> l
         return paths
     wanted = [w.strip() for w in str(only).split(",") if w.strip()]
     if not wanted:
-        raise LabInputError(f"--only {only!r} names no notebook; give prefixes such as 02,06 "
+        raise LabInputError(f"--only {only!r} names no notebook; give prefixes such as 02,08 "
                             f"(have: {', '.join(p.stem for p in paths)})")
     chosen = [p for p in paths if any(p.stem.startswith(w) for w in wanted)]
     unknown = [w for w in wanted if not any(p.stem.startswith(w) for p in paths)]
@@ -415,7 +415,7 @@ def _cli(args) -> int:
 def add_cli(sub) -> None:
     p = sub.add_parser("run-notebooks", help="execute notebooks headlessly into out/ with an index page")
     p.add_argument("--quick", action="store_true", help="quick mode (what CI runs)")
-    p.add_argument("--only", help="comma-separated notebook prefixes, e.g. 02,06")
+    p.add_argument("--only", help="comma-separated notebook prefixes, e.g. 02,08")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="papermill parameter (repeatable)")
     p.add_argument("--out", default="out", help="output folder (default: out)")
     p.add_argument("--notebooks", default=str(NOTEBOOK_DIR), help="folder of notebooks (default: the lab's)")

@@ -139,7 +139,7 @@ def summarize(steps: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-# --- the experiments of notebook 08 ----------------------------------------------------------------
+# --- the experiments of notebook 10 ----------------------------------------------------------------
 
 
 @dataclass(frozen=True)

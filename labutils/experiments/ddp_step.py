@@ -1,5 +1,5 @@
 """Data-parallel training, inside the ranks: one real training step on 1 and N ranks and where its
-time goes (notebook 08; launched by labutils.experiments.data_parallel).
+time goes (notebook 10; launched by labutils.experiments.data_parallel).
 
 The step is a small MLP (`depth` square Linear layers of `width`, ReLU between) on a synthetic
 regression batch, trained with plain SGD. Its gradient is `4 * params` bytes (float32), so the
@@ -412,7 +412,7 @@ def ddp_timeline_worker(ctx, width: int = 256, depth: int = 4, batch_per_rank: i
                     warmup: int = 2, seed: int = 0) -> dict:
     """One DDP training step (forward, backward with bucketed all-reduces, SGD) recorded on this rank.
 
-    The model and batch are notebook 08's (build_mlp, rank_batch).
+    The model and batch are notebook 10's (build_mlp, rank_batch).
     Returns {"rank", "trace"}.
     """
     model = build_mlp(width, depth, seed, ctx.device)

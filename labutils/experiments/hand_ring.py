@@ -1,4 +1,4 @@
-"""The ring all-reduce by hand, for real (notebook 03): the algorithm of `labutils.model.ring` with
+"""The ring all-reduce by hand, for real (notebook 04): the algorithm of `labutils.model.ring` with
 torch.distributed point-to-point `isend`/`recv` on N ranks (gloo on the CPU), checked element by
 element against `dist.all_reduce` on the same data and timed against it.
 

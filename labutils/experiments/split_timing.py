@@ -1,4 +1,4 @@
-"""Timing the split layer on ranks (notebooks 05 and 07): the experiment whose rows
+"""Timing the split layer on ranks (notebooks 06 and 09): the experiment whose rows
 labutils.experiments.validation holds the time budget against.
 
 Reading order:
@@ -222,7 +222,7 @@ def time_layers(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str
                 budget_s: float | None = None) -> pd.DataFrame:
     """Launch `time_layers_worker` on `nproc` ranks; one row per (size, mode, chunks, rank).
 
-    `modes` from LAYER_MODES (see time_layers_worker): ("whole", "halves") is the run notebook 07
+    `modes` from LAYER_MODES (see time_layers_worker): ("whole", "halves") is the run notebook 09
     predicts from, before ("whole", "split") is measured.
 
     CPU placement is the launcher's plan for `nproc` ranks (labutils.measure.placement), with
@@ -258,7 +258,7 @@ def time_layers(sizes, nproc: int = 2, modes=("whole", "split"), *, backend: str
 
 def overlap_timeline_worker(ctx, size=(32, 256), chunks: int = 4, warmup: int = 2, seed: int = 0,
                         activation: str = "relu") -> dict:
-    """One step of notebook 07's chunked split layer (overlap_step) recorded on
+    """One step of notebook 09's chunked split layer (overlap_step) recorded on
     this rank: chunk i's all-reduce is started asynchronously while chunk i+1 computes."""
     size = as_size(size)
     part = shard(mlp_weights(size.hidden, size.ffn, seed, "float32", ctx.device), ctx.rank, ctx.world_size)
@@ -270,7 +270,7 @@ def overlap_timeline_worker(ctx, size=(32, 256), chunks: int = 4, warmup: int = 
 
 def record_overlap_step(size=(32, 256), chunks: int = 4, nproc: int = 2, backend: str = "gloo", device: str = "cpu",
                         warmup: int = 2, timeout_s: float = 120.0) -> Timeline:
-    """Record one chunked split-layer step (notebook 07's overlap) on `nproc` ranks."""
+    """Record one chunked split-layer step (notebook 09's overlap) on `nproc` ranks."""
     size = as_size(size)
     chunks = check_int("chunks", chunks, low=1, high=size.batch)
     split_columns(size.ffn, nproc, "nproc")

@@ -1,10 +1,10 @@
-"""The two-device budget held against a measured split layer (notebook 07): the model side.
+"""The two-device budget held against a measured split layer (notebook 09): the model side.
 
 The rows it reads come from labutils.experiments.split_timing (one per size, mode and rank); nothing here
 starts a process. Reading order:
 1. the rows collapsed over ranks (`per_size`), and the one-rank row paired with a two-rank row;
 2. the budget's inputs for one size: S and C from the one-rank run (T1 = S + C), Q = 1 all-reduce
-   of V = the output's bytes, latency and bandwidth from the link fitted in notebook 04
+   of V = the output's bytes, latency and bandwidth from the link fitted in notebook 05
    (labutils.measure.my_link: `LinkFit.budget_params`), never from the timings predicted; and eta, from
    one of two places, which makes two views of the same T2:
    - **a priori** (`apriori_table`): eta stated before the split runs, 1 (perfect halves) or

@@ -1,7 +1,7 @@
 """One device's compute rate: a short fp32 matrix product timed on a rank's own device, and with
-the saved link, the `Rates` that notebooks 05, 07 and 08 size their experiments from.
+the saved link, the `Rates` that notebooks 06, 09 and 10 size their experiments from.
 
-Notebooks 05, 07 and 08 size their experiments from it (labutils.model.sizing) instead of from a
+Notebooks 06, 09 and 10 size their experiments from it (labutils.model.sizing) instead of from a
 table per route: the same code then chooses microsecond layers for a CPU core and millisecond
 layers for an H200. The product is n x n by n x n, 2 n^3 flops, repeated for about `seconds`
 after two untimed calls; TF32 stays off (torch's default for matmul), as in the experiments.

@@ -3,8 +3,8 @@ it when none is saved is `labutils.measure.sweep.ensure_link`. One set of names 
 fields: alpha_us, busbw_GBps, world_size, ...); one reader (`link_from_meta`); LinkFit.budget_params
 translates it into the time budget's names.
 
-Written by notebooks 02 and 04; read by the budget sliders' presets (labutils.show.budget_plots),
-notebook 07 (validation) and notebook 08 (data parallel).
+Written by notebooks 02 and 05; read by the budget sliders' presets (labutils.show.budget_plots),
+notebook 09 (validation) and notebook 10 (data parallel).
 """
 
 from __future__ import annotations

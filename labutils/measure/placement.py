@@ -16,7 +16,7 @@ process group is up). The rules, in order:
    I/O threads, the launcher and the notebook kernel run there instead of on a rank's cores.
    It is never kept at the cost of a rank without a core; `reserve_cores` overrides it.
 5. **Threads per rank** = (usable - reserve) // ranks, capped at `MAX_THREADS_PER_RANK` (8).
-   The lab's CPU layers are small (hidden <= 1024, 07 and 08's models): an elementwise op is
+   The lab's CPU layers are small (hidden <= 1024, 09 and 10's models): an elementwise op is
    split over threads only above torch's grain of 32768 elements, and the largest matmul, a
    (64 x 1024) @ (1024 x 4096) of 0.54 GFLOP, took 6 ms on one core of the 2-core test machine
    (89 GFLOP/s): under a millisecond on 8 cores even at perfect scaling, where fork/join and
@@ -30,8 +30,8 @@ process group is up). The rules, in order:
    NVML's, else sysfs; the launcher reads it) takes its cores from that node while it has room;
    the other ranks, in order, take theirs from the lowest NUMA node that still has enough free
    cores; a rank spans two nodes only when no node has room. Packed, not
-   round-robin: in this lab the ranks' link is host memory (gloo over loopback and shared
-   memory), which stays inside one socket's cache and memory controller when the ranks do, and
+   round-robin: in this lab the ranks' link is host memory (gloo over TCP on the loopback
+   interface, through host memory), which stays inside one socket's cache and memory controller when the ranks do, and
    rank 0, whose set the one-rank baseline also gets, sits in the same place in every run.
 7. **`pin=False`** (`LAB_PIN_CPU=0`): the same thread count, no affinity; every rank may run on
    every CPU.
@@ -74,7 +74,7 @@ RESERVE_CORES = 1
 RESERVE_FROM_CORES = 8  # headroom is kept from this many usable cores up
 # How many local ranks a machine holds (`max_local_ranks`): every rank is a process with its own
 # torch (~300 MB) and gloo threads, so beyond two per core they only queue behind each other;
-# any machine holds 8 (notebook 03's 4 ranks and a 5-rank test run on 2 cores). Asking to
+# any machine holds 8 (notebook 04's 4 ranks and a 5-rank test run on 2 cores). Asking to
 # oversubscribe (--oversubscribe, LAB_OVERSUBSCRIBE=1) lifts the bound to 16 per core.
 RANKS_PER_CORE = 2
 MIN_RANK_LIMIT = 8

@@ -17,10 +17,10 @@ Reading order:
    (overlapped) and how much did not (exposed); and the drawing, one row per lane.
 
 The profiler costs time of its own: a recorded step is slower than a timed one; the timeline
-shows order and overlap, the timed runs of notebooks 07 and 08 give the durations.
+shows order and overlap, the timed runs of notebooks 09 and 10 give the durations.
 
 The steps recorded are the experiments' own: `labutils.experiments.data_parallel.record_ddp_step`
-(notebook 08) and `labutils.experiments.split_timing.record_overlap_step` (notebook 07), each a rank
+(notebook 10) and `labutils.experiments.split_timing.record_overlap_step` (notebook 09), each a rank
 worker that calls `profile_step` and is run by `record_timeline`; every rank makes the same collective
 calls in the same order.
 """

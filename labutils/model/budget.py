@@ -26,7 +26,7 @@ after them read like the physics.
 
 The break-even as a hardware ratio is labutils.model.hardware_ratio; the article's worked cases
 are labutils.course.budget_cases; the `interconnect-lab budget` command is
-labutils.course.budget_cli. A pure model (notebook 06, the budget dashboard): no launcher, no
+labutils.course.budget_cli. A pure model (notebook 08, the budget dashboard): no launcher, no
 files. It has stated assumptions (equal exchanges, no overlap, no competing traffic, no queue);
 its numbers are arithmetic, not measurements.
 """

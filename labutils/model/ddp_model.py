@@ -1,5 +1,5 @@
 """Data-parallel training, the model: gradient and bucket sizes of the MLP, and the predicted step
-time (notebook 08, the DDP scaling dashboard). Pure functions: no launcher, no torch, no files.
+time (notebook 10, the DDP scaling dashboard). Pure functions: no launcher, no torch, no files.
 
 Prediction (times in ms, bytes, decimal GB/s): compute from the one-rank step (or, where ranks
 share a GPU, from the N-rank run's own backward: `bounds_compute`); comm = the sum over DDP's

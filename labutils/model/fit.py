@@ -7,7 +7,7 @@ the second term is the article's T = 2(N-1)/N * bytes / busbw, with busbw in dec
 (1 GB/s = 1e3 bytes per microsecond). The fit weighs every size by its relative error, so the
 microsecond-scale small messages count as much as the millisecond-scale large ones.
 
-A pure model (notebook 04): no launcher, no files. A fitted link is saved and read back by
+A pure model (notebook 05): no launcher, no files. A fitted link is saved and read back by
 labutils.measure.my_link; the sweep that measures it is labutils.measure.sweep.
 """
 
@@ -55,7 +55,7 @@ class LinkFit:
 
     def budget_params(self) -> dict:
         """The link in the time budget's names (labutils.model.budget): latency_ms = alpha_us / 1e3 and
-        bandwidth_GBps = busbw_GBps. The one translation; presets, notebooks 07 and 08 use it."""
+        bandwidth_GBps = busbw_GBps. The one translation; presets, notebooks 09 and 10 use it."""
         return {"latency_ms": self.latency_ms, "bandwidth_GBps": self.busbw_GBps}
 
     @property

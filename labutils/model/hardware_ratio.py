@@ -1,4 +1,4 @@
-"""The budget's break-even as a hardware ratio (notebook 06): with the startups left out,
+"""The budget's break-even as a hardware ratio (notebook 08): with the startups left out,
 splitting pays when the work per byte on the wire, F/V_w (FLOP/byte), exceeds
 Q·2(N−1)/N / (1 − 1/(Nη)) times the ratio R/B of the compute rate to the link bandwidth. For the
 lab's MLP block (F = 4·batch·hidden·ffn, V = batch·hidden values) that is a critical hidden size.

@@ -53,8 +53,8 @@ class Machine:
 
     @property
     def route(self) -> str:
-        """"cpu", "one-gpu" (two ranks share it through gloo) or "multi-gpu" (NCCL), as notebooks 07
-        and 08 take them with 2 ranks."""
+        """"cpu", "one-gpu" (two ranks share it through gloo) or "multi-gpu" (NCCL), as notebooks 09
+        and 10 take them with 2 ranks."""
         return "cpu" if self.gpus == 0 else "one-gpu" if self.gpus == 1 else "multi-gpu"
 
     def rates(self, nproc: int = 2) -> Rates:

@@ -1,16 +1,16 @@
-"""Sizes from the machine: notebook 07's layers and notebook 08's models, chosen from what this
+"""Sizes from the machine: notebook 09's layers and notebook 10's models, chosen from what this
 machine was measured to do, never from a per-route table. Pure functions: no torch, no files.
 
 Three numbers describe the machine (`Rates`): one rank's fp32 GEMM rate F (flop/s, measured with
 a short matrix product on the rank's device, `labutils.measure.compute_rate`), and the link's
 latency alpha and busbw B (the saved link, `labutils.measure.my_link`). From them:
 
-- 07, the split MLP block (ffn = 4H, b rows): one device computes C = 16 b H^2 / F; the split
+- 09, the split MLP block (ffn = 4H, b rows): one device computes C = 16 b H^2 / F; the split
   all-reduces V = 4 b H bytes. With N ranks at eta = 1, the split pays when
       C (1 - 1/N) > alpha + 2(N-1)/N * V / B,
   a quadratic in H whose root is the break-even hidden size H* (`break_even_hidden`). The sweep
   spans H* / 4 .. 4 H*, so the measured break-even falls inside on any machine.
-- 08, data parallelism on an MLP of width w and depth d: a step computes 6 b w^2 d flops and
+- 10, data parallelism on an MLP of width w and depth d: a step computes 6 b w^2 d flops and
   all-reduces 4 w^2 d bytes, so compute / all-reduce = 0.75 b B N / (F (N - 1)) whatever the
   width. The per-rank batch b that makes them equal (`ddp_batch`) puts the two bounds of the step
   a factor ~1.5 apart, so the check between them means something; the widths then fill the budget.
@@ -41,9 +41,9 @@ from labutils.model.ddp_model import mlp_gradient_bytes
 from labutils.model.fit import allreduce_ms
 
 ROUND_TO = 32  # hidden sizes are multiples of 32: 4H splits evenly over up to 8 ranks (and 128 on a GPU)
-# (warm-up rounds, least and most timed repetitions) per size of 07's layers, quick and full mode
+# (warm-up rounds, least and most timed repetitions) per size of 09's layers, quick and full mode
 LAYER_REPS = {True: (2, 5, 100), False: (5, 15, 400)}
-# the same for each configuration of 08's steps (StepConfig's warmup, steps and max_steps)
+# the same for each configuration of 10's steps (StepConfig's warmup, steps and max_steps)
 DDP_REPS = {True: (2, 3, 50), False: (3, 10, 200)}
 
 
@@ -91,7 +91,7 @@ def break_even_hidden(batch: int, rates: Rates, nproc: int = 2) -> float:
 
 
 def layer_batch(rates: Rates, nproc: int = 2) -> int:
-    """The rows of 07's block: the smallest power of two from 8 whose break-even H* is at most 8 b
+    """The rows of 09's block: the smallest power of two from 8 whose break-even H* is at most 8 b
     (a layer neither a matrix-vector product nor a single row), at most 8192. On a CPU core
     against gloo that is tens of rows; a GPU, which needs far more work to cover the same
     latency, gets thousands."""
@@ -113,7 +113,7 @@ def round_up(x: float, multiple: int = ROUND_TO) -> int:
 
 @dataclass(frozen=True)
 class LayerPlan:
-    """07's sizes (05 uses `timing_size`): `batch` rows, `hidden_sizes` around the break-even
+    """09's sizes (06 uses `timing_size`): `batch` rows, `hidden_sizes` around the break-even
     `break_even_hidden` (H*), the overlap study's size and chunk counts, the sizes left out by the
     memory cap (`too_big`), and why."""
 
@@ -155,7 +155,7 @@ def layer_plan(rates: Rates, quick: bool, nproc: int = 2) -> LayerPlan:
 
 def compute_size(flops_per_s: float, target_ms: float = 2.0) -> tuple[int, int]:
     """A block whose whole-layer compute takes about `target_ms` on a device of `flops_per_s`, with
-    rows a quarter of its hidden size (notebook 05's one timed step, before any link is known):
+    rows a quarter of its hidden size (notebook 06's one timed step, before any link is known):
     16 b H^2 / F = t with b = H / 4, so H = (F t / 4)^(1/3); b a power of two, H a multiple of 32."""
     check_range("flops_per_s", flops_per_s, low=1e6, high=1e17, unit="flop/s")
     hidden = round_up((flops_per_s * target_ms * 1e-3 / 4) ** (1 / 3))
@@ -215,7 +215,7 @@ def ddp_step_s(width: int, depth: int, batch: int, rates: Rates, nproc: int = 2)
 
 @dataclass(frozen=True)
 class DdpPlan:
-    """08's sizes: `batch_per_rank`, `widths` (4 models, gradients a factor 4 apart), bucket caps
+    """10's sizes: `batch_per_rank`, `widths` (4 models, gradients a factor 4 apart), bucket caps
     and the predicted seconds of the widest model's step; `why` in one sentence."""
 
     batch_per_rank: int
@@ -229,7 +229,7 @@ class DdpPlan:
 
 
 def ddp_runs_s(widths, depth: int, batch: int, caps: int, rates: Rates, nproc: int = 2) -> float:
-    """One round of every run notebook 08 makes (seconds): per width one rank at b and at N b, DDP and
+    """One round of every run notebook 10 makes (seconds): per width one rank at b and at N b, DDP and
     the no-overlap variant on N ranks; the widest model again at each of `caps` bucket caps. Each
     N-rank step follows an untimed one that lines the ranks up (timing.line_up), and a DDP run's
     round also makes its reference backward without sync (about one rank's step)."""

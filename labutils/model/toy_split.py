@@ -1,4 +1,4 @@
-"""The article's toy split (notebook 05), in exact integers: a two-layer network ReLU(x A) B split over
+"""The article's toy split (notebook 06), in exact integers: a two-layer network ReLU(x A) B split over
 devices by columns of A and rows of B, which needs one all-reduce of the contributions, and the
 split that fails, by rows of A, where ReLU meets partial sums: ReLU(a) + ReLU(b) is not ReLU(a + b).
 Pure numpy; the same split on real ranks is `labutils.experiments.tensor_parallel.toy_worker`.

@@ -6,7 +6,7 @@ Reading takes two inputs:
   in-place `time algbw busbw #wrong`), old 2.x (no `root`; an `error` column holding the largest
   deviation instead of a count), all_gather/broadcast variants without `redop`, the
   per-iteration layout (`i_min ...` columns), `N/A` in #wrong, numbers such as `16330` or
-  `1.2e+05`, launcher prefixes (`0: ` from srun --label, `[1,0]<stdout>:` from mpirun
+  `1.2e+06`, launcher prefixes (`0: ` from srun --label, `[1,0]<stdout>:` from mpirun
   --tag-output), and NCCL INFO / launcher lines between rows, even in the middle of a row.
 - the JSON written with `-J FILE` (nccl-tests 2.16+): `results[*].out_of_place/in_place`.
 
@@ -82,7 +82,7 @@ def _dtype(name: str) -> str:
 
 
 def _value(token: str) -> float:
-    """A number cell: '16330', '1.2e+05', '0.00'; 'N/A' and 'nan' are NaN."""
+    """A number cell: '16330', '1.2e+06', '0.00'; 'N/A' and 'nan' are NaN."""
     if token.upper() in ("N/A", "NAN", "-NAN"):
         return math.nan
     return float(token)

@@ -1,4 +1,4 @@
-"""The time budget drawn (notebook 06): the two split times against compute, serial dilution, the
+"""The time budget drawn (notebook 08): the two split times against compute, serial dilution, the
 overlap bound and the thresholds, and the dashboard that moves them. The look is
 `labutils.show.plots`'; the arithmetic is `labutils.model.budget`'s.
 

@@ -1,4 +1,4 @@
-"""Data-parallel training, drawn (notebook 08): where one step's time went, the predicted step against
+"""Data-parallel training, drawn (notebook 10): where one step's time went, the predicted step against
 the measured one, the bucket sweep, predicted efficiency curves, and the scaling dashboard that
 moves them (`ddp_scaling_dashboard`: sliders for gradient size, link, compute, latency, buckets and
 overlap over `labutils.model.ddp_model`, the pattern of `labutils.show.dashboard`)."""

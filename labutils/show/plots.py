@@ -3,8 +3,8 @@ colours that read on light and dark themes. Arithmetic never lives here.
 
 Here: the look (`apply_style`, `new_figure`, `bytes_axis`, `PALETTE`) and the all-reduce figures of
 notebooks 02-04 (busbw against size, the alpha-beta fit, the latency terms). Each other chapter draws
-in its own module: `topology_plots` (01), `ring_draw` (03), `tp_plots` (05, 07), `budget_plots` (06),
-`ddp_plots` (08), `timeline_view` (07, 08); `budget_plots` and `ddp_plots` hold their chapter's
+in its own module: `topology_plots` (01), `ring_draw` (04), `tp_plots` (06, 09), `budget_plots` (08),
+`ddp_plots` (10), `timeline_view` (09, 10); `budget_plots` and `ddp_plots` hold their chapter's
 dashboard too, on the pattern of `dashboard`.
 """
 

@@ -1,4 +1,4 @@
-"""The ring all-reduce drawn step by step (notebook 03): one panel per step of a simulated
+"""The ring all-reduce drawn step by step (notebook 04): one panel per step of a simulated
 `labutils.model.ring.RingRun`, each rank's chunks with the ranks' inputs they already hold.
 """
 

@@ -1,4 +1,4 @@
-"""One recorded step drawn lane by lane (notebooks 07 and 08): the events of
+"""One recorded step drawn lane by lane (notebooks 09 and 10): the events of
 `labutils.measure.timeline` as bars, one row per (rank, lane), coloured by what ran there."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tensor parallelism, drawn (notebooks 05 and 07): one split step per rank, the precision of a split
+"""Tensor parallelism, drawn (notebooks 06 and 09): one split step per rank, the precision of a split
 layer, the budget held against the measured split layer, and what overlap saved."""
 
 from __future__ import annotations
