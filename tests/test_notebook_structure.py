@@ -51,3 +51,32 @@ def test_ends_with_exercises_checked_by_labutils(nb):
     defined_in_notebook = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     for name in calls:
         assert f"def {name}(" not in defined_in_notebook, f"{name} must live in labutils"
+
+
+# A notebook is read in 20 to 30 minutes with its exercises: at most this much prose and code.
+MAX_PROSE_WORDS = 1400
+MAX_CODE_LINES = 110
+
+
+def reading_load(nb) -> tuple[int, int]:
+    """(words of prose, lines of code) outside the setup cell: words are the whitespace-separated
+    tokens of the markdown cells; lines of code are the non-blank lines of the code cells that are not
+    comments alone."""
+    words = sum(len(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
+    lines = sum(1 for c in nb.cells if c.cell_type == "code" and "lab-setup" not in c.metadata.get("tags", [])
+                for line in c.source.splitlines() if line.strip() and not line.strip().startswith("#"))
+    return words, lines
+
+
+def test_reading_load_counts_words_and_code_lines():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Title\n\nTwo words."),
+        nbformat.v4.new_code_cell("import os\nimport sys", metadata={"tags": ["lab-setup"]}),
+        nbformat.v4.new_code_cell("# a comment\nx = 1\n\n    # indented comment\ny = x  # trailing comment")])
+    assert reading_load(nb) == (4, 2)
+
+
+def test_readable_in_twenty_to_thirty_minutes(nb):
+    words, lines = reading_load(nb)
+    assert words <= MAX_PROSE_WORDS, f"{words} words of prose (at most {MAX_PROSE_WORDS})"
+    assert lines <= MAX_CODE_LINES, f"{lines} lines of code outside the setup cell (at most {MAX_CODE_LINES})"
