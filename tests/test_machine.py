@@ -265,3 +265,15 @@ def test_every_measuring_notebook_shares_all_of_its_budget():
         assert sum(fractions.values()) == pytest.approx(1.0), name
     with pytest.raises(LabInputError, match="08_time_budget"):
         Budget("08_time_budget", 10.0)
+
+
+def test_backend_guess_for_a_machine_named_in_the_exercise():
+    """00's exercise: 6 ranks on 4 GPUs. NCCL needs a GPU per rank, so auto takes gloo on CUDA; the
+    hints name the counts that decide it, and the reason says where the ranks sit."""
+    right = machine.check_backend_guess(" GLOO ", nproc=6, gpu_count=4)
+    assert right.startswith("Right: gloo on cuda") and "2 ranks on the busiest GPU" in right
+    assert "4 GPUs for 6 ranks" in machine.check_backend_guess("nccl", nproc=6, gpu_count=4)
+    assert machine.check_backend_guess("nccl", nproc=4, gpu_count=4).startswith("Right: nccl")
+    assert "4 GPUs for 2 ranks" in machine.check_backend_guess("gloo", nproc=2, gpu_count=4)
+    assert "'gloo' or 'nccl'" in machine.check_backend_guess(None, nproc=6, gpu_count=4)
+    assert "2 ranks sharing each GPU" in machine.check_backend_guess("gloo", nproc=4, gpu_count=2)

@@ -362,18 +362,18 @@ def _cli(args) -> int:
 
 
 def check_backend_guess(backend: str, nproc: int = 2, gpu_count: int | None = None) -> str:
-    """Exercise checker: which backend will a `nproc`-rank all-reduce use on this machine
-    ("gloo" or "nccl")? Answers with the reason, or a hint pointing at the line of the check
-    that decides it."""
+    """Exercise checker: which backend will a `nproc`-rank all-reduce use ("gloo" or "nccl") on a
+    machine with `gpu_count` GPUs (None: this machine's)? Answers with the reason, or a hint naming
+    what decides it: NCCL needs a GPU of its own for every rank."""
 
     choice = resolve_backend("auto", "auto", nproc, gpu_count=gpu_count)
     guess = str(backend).strip().lower()
+    gpus = ("this machine's GPU count (the check's 'GPUs:' line)" if gpu_count is None
+            else f"{gpu_count} GPU{'s' if gpu_count != 1 else ''} for {nproc} ranks")
     if guess == choice.backend:
         return f"Right: {choice.backend} on {choice.device} ({choice.reason})."
     if guess not in ("gloo", "nccl"):
         return "Not yet: answer with a backend name, 'gloo' or 'nccl'."
     if guess == "nccl":
-        return (f"Not yet: NCCL moves only GPU memory and needs one GPU per rank. Look at the 'GPUs:' line "
-                f"of the check: are there {nproc} or more?")
-    return ("Not yet: with a GPU for every rank the lab takes the faster road. Look at the 'GPUs:' and "
-            "'NCCL:' lines of the check.")
+        return f"Not yet: NCCL moves only GPU memory and needs one GPU per rank. Compare {gpus}."
+    return f"Not yet: with a GPU for every rank the lab takes the faster road. Compare {gpus}."

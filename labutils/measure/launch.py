@@ -147,8 +147,9 @@ def resolve_backend(backend: str = "auto", device: str = "auto", nproc: int = 2,
         if device != "cpu" and gpus >= nproc:
             return BackendChoice("nccl", "cuda", f"{gpus} GPU(s) visible, {nproc} rank(s): NCCL, one GPU per rank")
         if device != "cpu" and gpus >= 1:
+            where = "sharing each GPU" if nproc % gpus == 0 else "on the busiest GPU"  # 6 ranks on 4 GPUs: 2, 2, 1, 1
             return BackendChoice("gloo", "cuda", f"only {gpus} GPU(s) for {nproc} ranks: gloo on CUDA tensors, "
-                                                 f"{ranks_per_gpu(nproc, gpus)} ranks sharing each GPU")
+                                                 f"{ranks_per_gpu(nproc, gpus)} ranks {where}")
         if device == "cuda":
             raise LabInputError("device='cuda' but no CUDA GPU is visible")
         why = "no CUDA GPU visible" if gpus == 0 else "device='cpu' requested"
