@@ -1,4 +1,5 @@
-"""Every grader of the course (check_prediction, exercises_topology, exercises_busbw, exercises_ring,
+"""Every grader of the course (check_prediction, exercises_topology, exercises_busbw, exercises_transports,
+exercises_ring,
 exercises_tensor_parallel, exercises_budget, exercises_validation, exercises_ddp) on the judging of
 labutils.course.grading, table-driven: the right answer, rounded right answers (two significant
 figures), the wrong answers a student plausibly gives (each rejected with its own hint), and bad
@@ -19,6 +20,7 @@ from labutils.course import (
     exercises_ring,
     exercises_tensor_parallel,
     exercises_topology,
+    exercises_transports,
     exercises_validation,
     grading,
 )
@@ -312,6 +314,7 @@ GRADERS = {
     grading: ("check_prediction",),
     exercises_topology: ("check_pair_choice", "check_planted_fault"),
     exercises_busbw: ("check_busbw",),
+    exercises_transports: ("check_path",),
     exercises_ring: ("check_ratio_prediction", "check_ring_bytes", "check_ring_steps", "check_allreduce_prediction",
                      "check_ring_latency_ranks"),
     exercises_tensor_parallel: ("check_toy_contribution",),
@@ -348,3 +351,40 @@ def test_graders_answer_cases_they_cannot_grade():
     assert "cannot be graded" in check_allreduce_prediction(1.0, 1e6, 2, 0)
     assert "barely changes" not in check_allreduce_prediction(0.0, 1e6, 1, 10.0)
     assert "sound" not in check_pair_choice("two_gpu_sys", (0, 1), math.nan)
+
+
+# --- notebook 03: which way a connection of an NCCL log went ------------------------------------------
+
+NCCL_SAMPLES = DATA_DIR / "nccl_debug"
+
+
+@pytest.mark.parametrize("log, src, dst, right, wrong", [
+    ("net_ib_2nodes_4gpu_srun.log", 1, 2, "network", "direct"),  # between the two nodes
+    ("net_ib_2nodes_4gpu_srun.log", 0, 1, "direct", "network"),  # inside node-a
+    ("p2p_ipc_4gpu_pcie_nccl28.log", 3, 0, "direct", "host memory"),  # older NCCL: bus ids, no index
+    ("shm_2gpu_sys.log", 0, 1, "host memory", "direct"),
+])
+def test_check_path_right_and_wrong(log, src, dst, right, wrong):
+    path = NCCL_SAMPLES / log
+    reply = exercises_transports.check_path(right, path, src, dst)
+    assert reply.startswith("Right") and f"{src} -> {dst}" in reply, reply
+    assert exercises_transports.check_path(f"  {right.upper()} ", path, src, dst).startswith("Right")
+    reply = exercises_transports.check_path(wrong, path, src, dst)
+    assert reply.startswith("Not yet") and "via" in reply and right not in reply.split("says it")[0], reply
+
+
+def test_check_path_reads_a_transport_name_as_its_way():
+    path = NCCL_SAMPLES / "shm_2gpu_sys.log"
+    assert exercises_transports.check_path("SHM/direct/direct", path, 0, 1).startswith("Right")
+    assert exercises_transports.check_path("P2P/IPC", path, 0, 1).startswith("Not yet")
+
+
+@pytest.mark.parametrize("bad", [None, "", 3, ["direct"], "sideways"])
+def test_check_path_bad_answers_get_one_sentence(bad):
+    reply = exercises_transports.check_path(bad, NCCL_SAMPLES / "shm_2gpu_sys.log", 0, 1)
+    assert "direct" in reply and "host memory" in reply and not reply.startswith("Right"), reply
+
+
+def test_check_path_cannot_grade_a_missing_log_or_connection(tmp_path):
+    assert "cannot be graded" in exercises_transports.check_path("direct", tmp_path / "none.log", 0, 1)
+    assert "no connection 5 -> 6" in exercises_transports.check_path("direct", NCCL_SAMPLES / "shm_2gpu_sys.log", 5, 6)

@@ -239,3 +239,23 @@ def test_capture_sets_and_restores_nccl_s_variables(tmp_path, monkeypatch):
     import os
 
     assert os.environ["NCCL_DEBUG"] == "WARN" and "NCCL_DEBUG_FILE" not in os.environ
+
+
+@pytest.mark.parametrize("transport, kind", [
+    ("P2P/CUMEM/read", "direct"), ("P2P/IPC", "direct"), ("P2P/direct pointer", "direct"),
+    ("SHM/direct/direct", "host memory"), ("direct shared memory", "host memory"),
+    ("NET/IB/0/GDRDMA", "network"), ("NET/Socket/0", "network"), ("NET/AWS Libfabric/0", "network"),
+    ("CollNet/x", "network"), ("MYSTERY", "")])
+def test_path_kind(transport, kind):
+    assert nd.path_kind(transport) == kind
+
+
+def test_connection_lines_keep_one_channel_as_logged():
+    lines = nd.connection_lines(SAMPLES / "net_ib_2nodes_4gpu_srun.log", channel=0)
+    assert lines and all("Channel 00/0 :" in line and " via " in line for line in lines)
+    assert lines[0].startswith("0: node-a")  # the launcher's prefix kept
+    assert len(lines) == len(set(lines))  # a line logged twice (the trees) is shown once
+    assert any("1[1] -> 2[0] [send] via NET/IB/0/GDRDMA" in line for line in lines)
+    assert not any("Channel 01" in line for line in lines)
+    old = nd.connection_lines(SAMPLES / "p2p_ipc_4gpu_pcie_nccl28.log", channel=1)
+    assert len(old) == 7 and all("Channel 01 :" in line for line in old)  # 4 ring + 3 tree

@@ -178,3 +178,28 @@ def test_gpu_gloo_on_cuda_sweep_and_the_copy_ceiling():
     ceiling = copy_ceiling_GBps(0, 16 << 20, iters=3)
     assert result.wrong == 0 and result.meta["device"] == "cuda"
     assert 0 < result.peak_busbw_GBps < ceiling  # through host memory: never above the pinned copy
+
+
+@pytest.mark.parametrize("first, second, words", [
+    (23.0, 10.0, "NCCL reached 2.30x the busbw of gloo (23 against 10 GB/s)"),
+    (1.0, 4.0, "NCCL reached 0.25x the busbw of gloo: gloo was 4.00x faster (1 against 4 GB/s)"),
+    (5.0, 5.0, "NCCL and gloo reached the same busbw (5 against 5 GB/s)"),
+    (5.001, 5.0, "NCCL and gloo reached the same busbw"),  # a ratio that prints as 1.00 is a tie
+])
+def test_compare_sentence_follows_the_numbers(first, second, words):
+    assert words in col.compare_sentence("NCCL", first, "gloo", second)
+
+
+def test_compare_sentence_says_where():
+    assert col.compare_sentence("a", 2.0, "b", 1.0, at="at 64 MiB").startswith("at 64 MiB, a reached 2.00x")
+
+
+@pytest.mark.parametrize("peak, ceiling, words", [
+    (1.0, 4.0, "the sweep reached 25% of that ceiling"),
+    (4.0, 4.0, "the sweep reached the ceiling"),
+    (3.999, 4.0, "the sweep reached the ceiling"),  # prints as 100%
+    (6.0, 4.0, "the sweep ran 150% of it, above a ceiling that was measured low"),
+])
+def test_ceiling_sentence_follows_the_numbers(peak, ceiling, words):
+    reply = col.ceiling_sentence("gloo on CUDA", peak, ceiling)
+    assert reply.startswith("gloo on CUDA peaks at") and words in reply, reply

@@ -326,6 +326,36 @@ def compare_sweeps(frames: dict) -> pd.DataFrame:
     return table
 
 
+def compare_sentence(first: str, first_GBps: float, second: str, second_GBps: float, at: str = "") -> str:
+    """One sentence comparing two busbw figures (GB/s), built from them: ratio = first / second.
+
+    "first reached 2.30x the busbw of second (...)" when the ratio prints above 1.00, "first reached
+    0.43x ...: second was 2.30x faster" when below, "the same busbw" when it prints as 1.00.
+    `at` opens the sentence ("at 64 MiB").
+    """
+    ratio = first_GBps / second_GBps
+    where = f"{at}, " if at else ""
+    figures = f"({first_GBps:.3g} against {second_GBps:.3g} GB/s)"
+    if f"{ratio:.2f}" == "1.00":
+        return f"{where}{first} and {second} reached the same busbw {figures}"
+    if ratio > 1:
+        return f"{where}{first} reached {ratio:.2f}x the busbw of {second} {figures}"
+    return f"{where}{first} reached {ratio:.2f}x the busbw of {second}: {second} was {1 / ratio:.2f}x faster {figures}"
+
+
+def ceiling_sentence(label: str, peak_GBps: float, ceiling_GBps: float) -> str:
+    """One sentence placing a sweep's peak busbw against the pinned host<->GPU copy (GB/s), from the
+    numbers: share = peak / ceiling, "x% of it" below, "at the ceiling" when it prints as 100%, and
+    above it a ceiling measured low (the copy ran once, while something else used the bus)."""
+    share = peak_GBps / ceiling_GBps
+    head = f"{label} peaks at {peak_GBps:.3g} GB/s busbw; the pinned host<->GPU copy ran at {ceiling_GBps:.3g} GB/s"
+    if f"{share:.0%}" == "100%":
+        return f"{head}: the sweep reached the ceiling"
+    if share < 1:
+        return f"{head}: the sweep reached {share:.0%} of that ceiling"
+    return f"{head}: the sweep ran {share:.0%} of it, above a ceiling that was measured low (run the copy again)"
+
+
 # --- command line ------------------------------------------------------------------------------------
 
 def add_cli(subparsers) -> None:

@@ -22,7 +22,24 @@ whatever the order of the lines. It never raises on text; `read_connections` rea
 raises LabInputError (missing file, a directory, no connection line at all).
 
 What the transports mean, and what NCCL_P2P_DISABLE, NCCL_P2P_LEVEL and NCCL_SHM_DISABLE
-change, is in `transport_meaning` and `settings_table` (from NCCL's environment-variable docs).
+change, is in `transport_meaning` and `settings_table` (from NCCL's environment-variable docs);
+`path_kind` says whether a connection went GPU to GPU, through host memory or over the network.
+
+How NCCL picks the transport of a connection (read in NCCL 2.30.7's source, src/transport.cc,
+src/graph/paths.cc, src/transport/p2p.cc and shm.cc): it asks the transports in a fixed order, P2P,
+SHM, NET (then CollNet), and takes the first whose `canConnect` accepts the pair. `p2pCanConnect`
+calls `ncclTopoCheckP2p`, which compares the path type between the two GPUs (LOC < NVL < NVB < C2C
+< PIX < PXB < P2C < PXN < PHB < SYS) with a level: PATH_PXB by default (through PCIe switches, never
+through a CPU's host bridge), PATH_SYS on x86 AMD CPUs when the system holds at most two GPUs, and
+whatever NCCL_P2P_LEVEL says when it is set (NCCL_P2P_DISABLE=1 means LOC). A pair within the level
+must also have NVML report P2P read and write as OK (on NVLink a refusal is an error), then
+`ncclTopoCheckNet` may prefer the network, and `cudaDeviceCanAccessPeer` must say yes: the driver
+decides whether peer access exists at all (GeForce cards across CPU sockets, for one, get none).
+When P2P is ruled out, `shmCanConnect` accepts any two ranks on one host that share /dev/shm,
+unless NCCL_SHM_DISABLE=1: the bytes go through a buffer in host memory, still copied by NCCL's GPU
+kernels. NCCL up to 2.22 defaulted to PATH_SYS and lowered it to PXB on Intel, ARM and Zhaoxin
+CPUs. P2P's `/read` suffix (the receiver pulls) is the default only on NVLink between GPUs of compute
+capability 8.0 (A100); NCCL_P2P_READ_ENABLE changes it.
 """
 
 from __future__ import annotations
@@ -115,8 +132,8 @@ def transport_family(transport: str) -> str:
 
 _MEANING = {
     "P2P": "GPU to GPU directly (NVLink or PCIe peer access): one GPU reads or writes the other's memory",
-    "SHM": "staged through a buffer in host memory shared by the two processes (no GPU peer access: "
-           "typical across CPU sockets or on GPUs that do not allow P2P)",
+    "SHM": "staged through a buffer in host memory shared by the two processes: NCCL ruled P2P out for the "
+           "pair (a path beyond NCCL's P2P level, or no peer access from the driver)",
     "NET/IB": "over the network with InfiniBand/RoCE verbs (RDMA); GDRDMA means the NIC reads and writes "
               "GPU memory directly (GPUDirect RDMA)",
     "NET/Socket": "over the network with TCP sockets, staged through host memory (the slowest path)",
@@ -130,6 +147,17 @@ _DETAILS = (("/CUMEM", "memory shared with CUDA's cuMem* API (newer NCCL)"),
             ("/read", "the receiver reads from the sender's memory rather than the sender writing"),
             ("/indirect", "relayed through an intermediate GPU"),
             ("/GDRDMA", "GPUDirect RDMA"))
+
+
+_PATH_KIND = {"P2P": "direct", "SHM": "host memory", "NET/IB": "network", "NET/Socket": "network", "NET": "network",
+              "COLLNET": "network"}
+PATH_KINDS = ("direct", "host memory", "network")
+
+
+def path_kind(transport: str) -> str:
+    """Which way the bytes went: "direct" (GPU to GPU, P2P), "host memory" (SHM), "network" (NET,
+    COLLNET), or "" for a transport this reader does not know."""
+    return _PATH_KIND.get(transport_family(transport), "")
 
 
 def transport_meaning(transport: str) -> str:
@@ -231,6 +259,13 @@ def summary(rows: list[Connection]) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["transport", "family", "connections", "channels", "rank pairs", "meaning"])
 
 
+def connection_lines(path, channel: int = 0) -> list[str]:
+    """The lines of a log file that set up a connection on `channel`, as logged (prefixes kept), each once."""
+    lines = read_text(path, "LOG", "; give the log file written with NCCL_DEBUG=INFO").splitlines()
+    found = [line.rstrip() for line in lines if any(int(m.group(1)) == channel for m in _CONNECTION.finditer(line))]
+    return list(dict.fromkeys(found))
+
+
 def samples() -> list[Path]:
     """The lab's sample logs (data/nccl_debug/*.log), by name."""
     return sorted(SAMPLES_DIR.glob("*.log"))
@@ -297,7 +332,8 @@ SETTINGS = (
     {"variable": "NCCL_P2P_LEVEL", "values": "LOC, NVL, PIX, PXB, PHB, SYS",
      "what it changes": "the farthest GPU pair that may still use P2P: LOC never, NVL only over NVLink, PIX on "
                         "one PCIe switch, PXB across PCIe switches, PHB through the host bridge of one NUMA "
-                        "node, SYS also across CPU sockets; unset, NCCL picks by architecture",
+                        "node, SYS also across CPU sockets; unset: PXB (SYS on AMD CPUs with at most two GPUs, "
+                        "NCCL 2.23 and later), and the driver must still allow peer access",
      "what the log then shows": "pairs farther apart than the level switch from P2P/... to SHM/...; a higher "
                                 "level can turn SHM back into P2P"},
     {"variable": "NCCL_SHM_DISABLE", "values": "1",
