@@ -347,7 +347,7 @@ def test_text_report(capsys):
     code, out, _ = run_cli(capsys, "--topo", "eight_gpu_pcie_switches", "--gpus", "0,1",
                            "--facts", DOCTOR / "facts_8xl40s_gpu1_gen3.json", "--busbw", "12.6")
     assert code == 0
-    for words in ("Slowest path: GPU0-GPU1 = PIX", "Expected:     12-15.75 GB/s", "Verdict:      as expected",
+    for words in ("Bottleneck:   GPU0-GPU1 = PIX", "Expected:     12-15.75 GB/s", "Verdict:      as expected",
                   "1. pcie_gen_downtrained", "evidence:", "try:"):
         assert words in out
 
@@ -485,3 +485,36 @@ def test_live_readers_with_their_sources_faked(monkeypatch):
 
 def test_nccl_env_keeps_only_nccl_variables():
     assert live.nccl_env({"NCCL_DEBUG": "INFO", "PATH": "/bin"}) == {"NCCL_DEBUG": "INFO"}
+
+
+# ---- the bottleneck: each pair at its own links ------------------------------------------------
+
+def test_a_healthy_pair_is_never_judged_by_another_gpus_slow_link():
+    """eight L40S, GPU5 at gen 3: the SYS crossing of healthy GPUs keeps gen 4's band; the group is
+    bounded by GPU5's own link (its PIX pair at gen 3), the lower of the two."""
+    topo = load_sample("eight_gpu_pcie_switches")
+    slow5 = facts(8, change={5: {"pcie_gen": 3}})
+    bound, crossing = dr.bottleneck(topo, tuple(range(8)), slow5)
+    assert (crossing.code, crossing.band.high_GBps) == ("SYS", 24.0) and 5 not in (crossing.a, crossing.b)
+    assert (bound.a, bound.b, bound.code, bound.band.high_GBps) == (4, 5, "PIX", 15.75)
+    d = dr.diagnose(topo, None, slow5)
+    assert d.slowest_path["gpus"] == ["GPU4", "GPU5"] and d.expected_GBps == (12.0, 15.75)
+    assert "expect 11-24 GB/s here" in d.cause("cross_socket").evidence, "the crossing's own band"
+    healthy = dr.diagnose(topo, (0, 4), slow5)
+    assert healthy.expected_GBps == (11.0, 24.0), "GPU0-GPU4 run gen 4: GPU5 is not theirs"
+    assert dr.diagnose(topo, (4, 5), slow5).expected_GBps == (12.0, 15.75)
+
+
+def test_with_every_link_healthy_the_slowest_path_bounds_the_ring():
+    """Every GPU at gen 4 x16: each GPU's PIX pair carries 24-31.5, the SYS crossing 11-24, so the
+    crossing is the bound."""
+    topo = load_sample("eight_gpu_pcie_switches")
+    bound, crossing = dr.bottleneck(topo, tuple(range(8)), facts(8))
+    assert bound == crossing and bound.code == "SYS"
+
+
+def test_the_sys_label_names_no_route_the_path_table_denies():
+    d = dr.doctor_case("cross_socket")
+    assert "peer-to-peer" not in d.band.name and d.band.name == "SYS across sockets (PCIe 5.0 x16)"
+    text = dr.format_diagnosis(d)
+    assert "peer-to-peer (PCIe" not in text and "via SHM" in d.cause("no_p2p").evidence

@@ -10,6 +10,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from labutils.core.results import DATA_DIR
@@ -201,7 +202,9 @@ def test_never_is_right_only_when_nothing_pays():
 
 @pytest.mark.parametrize("sample, pair, busbw, words", [
     ("two_gpu_sys", (0, 1), 22, "is right"), ("two_gpu_sys", ("GPU0", "GPU1"), "22", "is right"),
-    ("two_gpu_sys", (0, 1), 21, "is right"),
+    ("two_gpu_sys", (0, 1), 22.4, "is right"), ("two_gpu_sys", (0, 1), 21, "Not yet"),
+    ("two_gpu_sys", (0, 1), 24.2, "more than was measured"), ("two_gpu_sys", (0, 1), 19.8, "pessimistic"),
+    ("two_gpu_sys", (0, 1), 20.5, "GiB/s"), ("two_gpu_sys", (0, 1), 23.6, "1.0737"),
     ("two_gpu_sys", (0, 1), 11, "halves"), ("two_gpu_sys", (0, 1), 44, "both directions"),
     ("two_gpu_sys", (0, 1), 50, "clean PCIe 5.0"), ("two_gpu_sys", (0, 1), 176, "Gb/s"),
     ("two_gpu_sys", (0, 1), "26", "more than was measured"), ("two_gpu_sys", (0, 1), 5, "pessimistic"),
@@ -213,6 +216,20 @@ def test_never_is_right_only_when_nothing_pays():
 def test_pair_choice_busbw(sample, pair, busbw, words):
     reply = check_pair_choice(sample, pair, busbw)
     assert reply.startswith("Good pair") and words in reply, reply
+
+
+@pytest.mark.parametrize("pair", [(np.int64(0), np.int64(1)), (0.0, 1.0), ("0", "1.0"), ("GPU0", "gpu1"),
+                                  np.array([0, 1])])
+def test_pair_choice_reads_gpu_indices_as_typed(pair):
+    assert check_pair_choice("eight_gpu_pcie_switches", pair).startswith("Good pair")
+
+
+def test_planted_fault_reads_gpu_indices_as_typed():
+    sick, band = _planted()
+    for gpu in (np.int64(sick.index), float(sick.index), f"{sick.index}.0", f" GPU{sick.index} "):
+        assert check_planted_fault(gpu).startswith("Right GPU"), gpu
+    for bad in ("5.5", 5.5, True, "five", (5,)):
+        assert not check_planted_fault(bad).startswith("Right GPU"), bad
 
 
 def test_pair_choice_pair():

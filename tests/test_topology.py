@@ -165,8 +165,9 @@ def test_each_pcie_path_has_its_own_sourced_expectation():
     assert tp.path_route("PIX", p2p=False) == "through host memory"
     assert "through host memory" in tp.expected_figure("PIX", 5, p2p=False).name
     sys = tp.expected_figure("SYS", 5)
-    assert "through host memory" in sys.name and "22" in sys.source and sys.high_GBps == 50
-    assert "peer-to-peer" in tp.expected_figure("SYS", 5, p2p=True).name
+    assert "22" in sys.source and sys.high_GBps == 50
+    assert sys == tp.expected_figure("SYS", 5, p2p=True), "one SYS band whatever the route"
+    assert "peer-to-peer" not in sys.name and "host memory" not in sys.name, "the SYS band names no route"
     # a narrower link carries width/16 of the figures
     narrow = tp.expected_figure("PIX", 4, width=8)
     assert (narrow.low_GBps, narrow.high_GBps) == (12, 15.75) and "x8" in narrow.name
@@ -264,7 +265,46 @@ def test_path_table_gives_each_code_its_route_and_figures():
     table = path_table(5)
     assert list(table.index) == ["NV#", "PIX", "PXB", "PHB", "NODE", "SYS"]
     assert table.loc["PIX", "route by default"] == "peer-to-peer"
-    assert set(table.loc[["PHB", "NODE", "SYS"], "route by default"]) == {"through host memory"}
+    amd = "through host memory; peer-to-peer on an AMD CPU with 2 GPUs"
+    assert set(table.loc[["PHB", "NODE", "SYS"], "route by default"]) == {amd}
     assert (table.loc["SYS", "low_GBps"], table.loc["SYS", "high_GBps"]) == (22, 50)
     assert table["source"].str.len().min() > 20
     assert path_table(4).loc["PIX", "high_GBps"] == 31.5
+
+
+@pytest.mark.parametrize("env, cpu, n, level", [
+    ({}, "Intel", 2, "PXB"), ({}, "AMD", 2, "SYS"), ({}, "AuthenticAMD", 2, "SYS"), ({}, "AMD", 3, "PXB"),
+    ({}, None, 2, None), ({}, "AMD", None, None),
+    ({"NCCL_P2P_LEVEL": "phb"}, None, None, "PHB"), ({"NCCL_P2P_LEVEL": "3"}, "AMD", 2, "PHB"),
+    ({"NCCL_P2P_LEVEL": "9"}, None, None, "SYS"),
+    ({"NCCL_P2P_DISABLE": "1", "NCCL_P2P_LEVEL": "SYS"}, None, None, "LOC"),
+    ({"NCCL_P2P_DISABLE": "0"}, "Intel", 8, "PXB"),
+])
+def test_nccl_p2p_level_follows_paths_cc(env, cpu, n, level):
+    """ncclTopoCheckP2p: PXB by default, SYS on AMD with at most two GPUs, NCCL_P2P_LEVEL replaces it
+    (names or legacy integers 0-5), NCCL_P2P_DISABLE=1 is LOC."""
+    assert tp.nccl_p2p_level(cpu, n, env) == level
+
+
+def test_nccl_route_needs_the_level_and_the_drivers_peer_access():
+    assert tp.nccl_route("PIX", True) == tp.nccl_route("PXB", True, "Intel", 8) == "peer-to-peer"
+    assert tp.nccl_route("PIX", False) == "through host memory", "the driver offers no peer access (GeForce)"
+    assert tp.nccl_route("SYS", True, "Intel", 2) == tp.nccl_route("NODE", True, "AMD", 8) == "through host memory"
+    assert tp.nccl_route("SYS", True, "AMD", 2) == tp.nccl_route("PHB", True, "AMD", 2) == "peer-to-peer"
+    assert tp.nccl_route("SYS", False, "AMD", 2) == "through host memory"
+    assert tp.nccl_route("SYS", True) == "peer-to-peer or through host memory", "the CPU decides"
+    assert tp.nccl_route("PIX", None) == "peer-to-peer or through host memory", "the driver decides"
+    assert tp.nccl_route("PHB", True, "Intel", 2, {"NCCL_P2P_LEVEL": "SYS"}) == "peer-to-peer"
+    assert tp.nccl_route("NV4", True, env={"NCCL_P2P_DISABLE": "1"}) == "through host memory"
+    assert tp.nccl_route("NV18", True) == "NVLink"
+    assert tp.nccl_level_of("NODE") == "PHB" and tp.nccl_level_of("SOC") == "SYS"
+    table = tp.path_table(5)
+    assert table.loc["PXB", "route by default"] == "peer-to-peer"
+    assert table.loc["SYS", "route by default"].startswith("through host memory; peer-to-peer on an AMD CPU")
+
+
+def test_describe_without_pairs_prints_no_pick():
+    topo = tp.load_sample("eight_gpu_pcie_switches")
+    assert "For a 2-GPU job" in tp.describe(topo, 4) and "GPU0-GPU1" in tp.describe(topo, 4)
+    short = tp.describe(topo, 4, pairs=False)
+    assert "For a 2-GPU job" not in short and "GPU0-GPU1" not in short and "NUMA node" in short

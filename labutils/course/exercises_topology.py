@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from labutils.course.grading import grade, is_close, read_number, window
+from labutils.course.grading import grade, read_number, window
 from labutils.doctor.cases import case_inputs
 from labutils.doctor.evidence import path_band
 from labutils.readers.topology import choose_pair, classify, expected_figure, load_sample, pair_path, sample_pcie_gen
@@ -19,9 +19,11 @@ def check_pair_choice(sample: str, pair, busbw_GBps=None) -> str:
     `sample`, and is `busbw_GBps` what its path is expected to carry?
 
     Where the path's figure is a measured busbw (SYS: the source article's 22 GB/s on PCIe 5.0,
-    measured on `two_gpu_sys`'s very machine) the answer must be within 10 % of it; where it is a
-    specification band (PIX, NV#, ...) it must lie in [low, high] (two significant figures of slack).
-    Hints: another generation's band, both directions added, Gb/s, the other socket's figure.
+    measured on `two_gpu_sys`'s very machine) the answer must be it to two significant figures
+    (`grading.grade`; GiB/s, Gb/s and the slips below are named); where it is a band (PIX, NV#,
+    ...) it must lie in [low, high] (two significant figures of slack). GPU indices may be given
+    as ints, numpy integers, whole floats or strings ("5", "5.0", "GPU5").
+    Hints: another generation's band, both directions added, Gb/s, the clean link's figure.
     """
 
     try:
@@ -29,7 +31,9 @@ def check_pair_choice(sample: str, pair, busbw_GBps=None) -> str:
     except Exception as exc:  # noqa: BLE001 - a grader answers, never raises
         return f"There is no sample topology {sample!r} ({exc})."
     try:
-        a, b = pair
+        a, b = (_as_gpu(g) for g in (() if isinstance(pair, str) else pair))
+        if a is None or b is None:
+            raise ValueError("each must be a whole number")
         mine = pair_path(topo, a, b, gen)
     except Exception as exc:  # noqa: BLE001
         return f"Not yet: give two different GPU indices of {sample}, e.g. (0, 1), not {pair!r} ({exc})."
@@ -41,42 +45,41 @@ def check_pair_choice(sample: str, pair, busbw_GBps=None) -> str:
     text = f"Good pair: {mine.a}-{mine.b} reads {mine.code}, {mine.path_class}, the fastest path here."
     if busbw_GBps is None:
         return text + " Now estimate the busbw you expect from the link table (in GB/s)."
+    fig = expected_figure(mine.code, gen)
+    low, high = fig.low_GBps, fig.high_GBps
+    slips = []
+    if fig.kind.startswith("measured"):
+        slips.append((high, f"that is a clean PCIe {gen}.0 link; across sockets the article measured {low:g} GB/s "
+                            "on this machine."))
+        slips.append((low / 2, "that halves the measured figure; with N = 2 the ring factor 2(N-1)/N is 1 and "
+                               "busbw equals the article's figure."))
+        slips.append((2 * low, "that adds both directions; busbw is per direction, as the link table's figures are."))
+        def unmatched(value):
+            if value > low:
+                return (f"Not yet ({value:g} GB/s): more than was measured on this very path ({low:g} GB/s, the "
+                        "source article's busbw); a measurement beats any estimate from the specification.")
+            return f"Not yet ({value:g} GB/s): too pessimistic; look up the path in the link table ({low:g} GB/s)."
+        reply = grade(busbw_GBps, low, slips, "GB/s", "", right_text="The source article's measured busbw on this "
+                      "very path.", fallback=unmatched)
+        if reply.startswith("Right: "):
+            return f"{text} And the busbw is right: {reply[len('Right: '):]}"
+        return f"{text} But the busbw: {reply}"
     value, hint = read_number(busbw_GBps, "GB/s", allow_zero=False)
     if value is None:
         return f"{text} But the busbw: {hint}"
-    fig = expected_figure(mine.code, gen)
-    measured = fig.kind.startswith("measured")
-    low, high = fig.low_GBps, fig.high_GBps
-    if measured:
-        right, ok = low, is_close(value, low, 0.1)
-        expect = f"{low:g} GB/s, the source article's measured busbw on this path"
-    else:
-        ok = low - window(low) <= value <= high + window(high)
-        right, expect = None, f"{low:g}-{high:g} GB/s, {fig.name}"
-    slips = []
-    if measured:
-        clean = fig.high_GBps
-        slips.append((clean, (clean * 0.95, clean * 1.27), f"that is a clean PCIe {gen}.0 link; across sockets "
-                      f"the article measured {low:g} GB/s on this machine."))
-        slips.append((low / 2, (low / 2 * 0.9, low / 2 * 1.1), "that halves the measured figure; with N = 2 the "
-                      "ring factor 2(N-1)/N is 1 and busbw equals the article's figure."))
-    for other in (3, 4, 5):
-        if other != gen and not mine.code.startswith("NV"):
-            o = expected_figure(mine.code, other)
-            slips.append(((o.low_GBps + o.high_GBps) / 2, (o.low_GBps, o.high_GBps),
-                          f"that is the PCIe {other}.0 figure ({o.low_GBps:g}-{o.high_GBps:g} GB/s); this "
-                          f"machine's GPUs use PCIe {gen}.0."))
-    slips.append((2 * high, (2 * low, 2 * high), "that adds both directions; busbw is per direction, as the link "
-                                                 "table's figures are."))
-    slips.append((8 * high, (8 * low, 8 * high), "that is gigabits (Gb/s); GB/s counts bytes, 8 bits each."))
-    if ok:
-        return text + f" And {value:g} GB/s is right: expect {expect}."
-    for _, (lo, hi), slip in slips:
+    if low - window(low) <= value <= high + window(high):
+        return text + f" And {value:g} GB/s is right: expect {low:g}-{high:g} GB/s, {fig.name}."
+    expect = f"{low:g}-{high:g} GB/s, {fig.name}"
+    bands = [((o.low_GBps, o.high_GBps), f"that is the PCIe {other}.0 figure ({o.low_GBps:g}-{o.high_GBps:g} GB/s); "
+                                         f"this machine's GPUs use PCIe {gen}.0.")
+             for other in (3, 4, 5) if other != gen and not mine.code.startswith("NV")
+             for o in [expected_figure(mine.code, other)]]
+    bands.append(((2 * low, 2 * high), "that adds both directions; busbw is per direction, as the link table's "
+                                       "figures are."))
+    bands.append(((8 * low, 8 * high), "that is gigabits (Gb/s); GB/s counts bytes, 8 bits each."))
+    for (lo, hi), slip in bands:
         if lo * 0.97 <= value <= hi * 1.03:
             return text + f" But {value:g} GB/s: {slip} Expect {expect}."
-    if measured and value > right:
-        return (text + f" But {value:g} GB/s is more than was measured on this very path ({expect}); a "
-                "measurement beats any estimate from the specification.")
     if value > high:
         return (text + f" But {value:g} GB/s is above what this path carries ({expect}); busbw cannot beat "
                 "the wire.")
@@ -105,11 +108,15 @@ def _planted_truth(case: str) -> dict:
 
 
 def _as_gpu(value) -> int | None:
+    """A GPU index as typed: 5, np.int64(5), 5.0, "5", "5.0" or "GPU5" are 5; anything else None."""
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
-        text = value.strip().upper().removeprefix("GPU")
-        return int(text) if text.isdigit() else None
+        text = value.strip().upper().removeprefix("GPU").strip()
+        try:
+            value = float(text)
+        except ValueError:
+            return None
     if isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(value) and float(value).is_integer():
         return int(value)
     return None

@@ -6,9 +6,9 @@ peer-access matrix), `lspci -vvv` (ACS on the bridges, the switches above each G
 uplinks), the NCCL_* environment variables, and a measurement (a busbw figure, a sweep, or an
 nccl-tests log). It returns a frozen Diagnosis:
 
-- the group's slowest path (the pair whose path is slowest: a ring crosses it, so it bounds the
-  group's busbw, see `topology.group_bottleneck`) and its expected band [low, high] in decimal
-  GB/s, from the link table *at the generation and width the links run at now* (`path_band`);
+- the pair that bounds the group's busbw (`bottleneck`: the slowest path, which a ring crosses,
+  or a GPU whose own link runs slow) and its expected band [low, high] in decimal GB/s, from the
+  link table *at the generation and width that pair's two links run at now* (`path_band`);
 - `fraction` = measured busbw / the band's high end;
 - the verdict: "above the wire: check the formula or NVLS" when measured > 1.05 x high;
   "as expected" when measured >= 0.85 x low; otherwise "below expected" ("no measurement" and
@@ -31,6 +31,7 @@ in `labutils.doctor.rules`. Here: `diagnose`, the report, the shipped cases' dia
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -72,7 +73,6 @@ from labutils.readers.topology import (
     GpuFacts,
     Topology,
     classify,
-    group_bottleneck,
     read_topology_file,
     sample_pcie_gen,
 )
@@ -167,9 +167,9 @@ def _facts_from_pci(pci_gpus: dict, n: int) -> MachineFacts:
     return MachineFacts(gpus, None, tuple(pci_gpus[i].address for i in range(n)), "lspci")
 
 
-def _link_state(facts: MachineFacts | None, group, gen_assumed: int, notes: list) -> tuple[int, int, int, int]:
-    """(gen now, width now, gen max, width max): the lowest over the group's GPUs."""
-    fs = [facts.gpus[i] for i in group] if facts is not None else []
+def _link_state(facts: MachineFacts | None, gpus, gen_assumed: int, notes: list) -> tuple[int, int, int, int]:
+    """(gen now, width now, gen max, width max) of the links of `gpus`: the lowest over them."""
+    fs = [facts.gpus[i] for i in gpus] if facts is not None else []
     gens = [f.pcie_gen for f in fs if f.pcie_gen]
     widths = [f.pcie_width for f in fs if f.pcie_width]
     if not gens or not widths:
@@ -179,6 +179,47 @@ def _link_state(facts: MachineFacts | None, group, gen_assumed: int, notes: list
     gen_max = min([f.pcie_gen_max for f in fs if f.pcie_gen_max] or [gen_now])
     width_max = min([f.pcie_width_max for f in fs if f.pcie_width_max] or [width_now])
     return gen_now, width_now, max(gen_max, gen_now), max(width_max, width_now)
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """One pair that bounds the group: its GPUs, code, link state (now and at most) and band now."""
+
+    a: int
+    b: int
+    code: str
+    state: tuple[int, int, int, int]
+    band: LinkFigure
+
+
+def _pair_bound(topo: Topology, a: int, b: int, facts, gen_assumed: int) -> _Bound:
+    code = "SYS" if topo.link(a, b) == "SOC" else topo.link(a, b)
+    state = _link_state(facts, (a, b), gen_assumed, [])
+    return _Bound(a, b, code, state, path_band(code, state[0], state[1]))
+
+
+def bottleneck(topo: Topology, group, facts: MachineFacts | None = None,
+               gen_assumed: int = DEFAULT_PCIE_GEN) -> tuple[_Bound, _Bound]:
+    """(the pair that bounds the group's ring busbw, the slowest path the ring must cross), each
+    with its band at *its own two GPUs'* PCIe generation and width (a healthy pair is never judged
+    by another GPU's slow link).
+
+    A ring crosses the group's slowest path (`topology.group_bottleneck`), at the crossing it
+    chooses: of the pairs reading that code, the one whose band is highest. And every GPU's own
+    link carries the ring's traffic: each GPU bounds it by its fastest path in the group at its link
+    state. The bound is the lowest of these by the band's high end (ties: the slowest path)."""
+    pairs = list(itertools.combinations(group, 2))
+    rank = {p: classify(topo.link(*p))[0] for p in pairs}
+    bounds = {p: _pair_bound(topo, *p, facts, gen_assumed) for p in pairs}
+    slow = min(rank.values())
+    crossing = max((bounds[p] for p in pairs if rank[p] == slow), key=lambda x: x.band.high_GBps)
+    per_gpu = []
+    for g in group:
+        mine = [p for p in pairs if g in p]
+        fast = max(rank[p] for p in mine)
+        per_gpu.append(max((bounds[p] for p in mine if rank[p] == fast), key=lambda x: x.band.high_GBps))
+    bound = min([crossing] + per_gpu, key=lambda x: x.band.high_GBps)
+    return bound, crossing
 
 
 def _verdict(measured: float | None, band: LinkFigure | None) -> str:
@@ -221,11 +262,11 @@ def diagnose(topo: Topology | None, gpus=None, facts: MachineFacts | None = None
     if facts is None and pci_gpus is not None:
         facts = _facts_from_pci(pci_gpus, n)
         notes.append("PCIe generation and width read from lspci (LnkSta / LnkCap)")
-    worst = group_bottleneck(topo, list(group))
-    code = "SYS" if worst.code == "SOC" else worst.code
-    gen_now, width_now, gen_max, width_max = _link_state(facts, group, pcie_gen_assumed,
+    bound, crossing = bottleneck(topo, group, facts, pcie_gen_assumed)
+    code, pair = bound.code, (f"GPU{bound.a}", f"GPU{bound.b}")
+    gen_now, width_now, gen_max, width_max = _link_state(facts, (bound.a, bound.b), pcie_gen_assumed,
                                                          notes if not code.startswith("NV") else [])
-    band = path_band(code, gen_now, width_now)
+    band = bound.band
     idle = False
     if measured is not None and not code.startswith("NV") and (gen_now, width_now) != (gen_max, width_max):
         band_max = path_band(code, gen_max, width_max)
@@ -236,15 +277,17 @@ def diagnose(topo: Topology | None, gpus=None, facts: MachineFacts | None = None
                          f"so the band is taken at gen {gen_max} x{width_max}")
             band = band_max
     verdict = _verdict(measured, band)
-    inputs = RuleInputs(topo, group, code, (worst.a, worst.b), band, verdict, facts, pci, pci_gpus, env, measurement,
-                     idle, pcie_band(gen_max, width_max) if idle else pcie_band(gen_now, width_now))
+    inputs = RuleInputs(topo, group, code, pair, band, verdict, facts, pci, pci_gpus, env, measurement,
+                        idle, pcie_band(gen_max, width_max) if idle else pcie_band(gen_now, width_now),
+                        ((f"GPU{crossing.a}", f"GPU{crossing.b}"), crossing.code,
+                         band if crossing == bound else crossing.band))
     causes = rank_causes([c for c in all_causes(inputs) if c is not None], verdict)
     if verdict == ABOVE:
         notes.append("busbw above the wire: check the formula (busbw = algbw x 2(N-1)/N for all_reduce; decimal "
                      "GB/s) and, on NVSwitch machines, NVLink SHARP (NVLS) reducing in the switch: compare with "
                      "NCCL_NVLS_ENABLE=0")
     _speed, short, _words, _links = classify(code)
-    slowest = {"gpus": [worst.a, worst.b], "code": code, "path": short, "link": band.name}
+    slowest = {"gpus": list(pair), "code": code, "path": short, "link": band.name}
     return Diagnosis(verdict, tuple(f"GPU{i}" for i in group), slowest, (band.low_GBps, band.high_GBps), measured,
                      None if measured is None else measured / band.high_GBps, tuple(causes), band, measurement,
                      topo.source, tuple(notes))
@@ -269,7 +312,7 @@ def format_diagnosis(d: Diagnosis, width: int = 100) -> str:
     lines = [f"The doctor: {group}" + (f"; topology {_shown_path(d.topology_source)}" if d.topology_source else "")]
     if d.slowest_path:
         p = d.slowest_path
-        lines.append(wrap("Slowest path:", f"{p['gpus'][0]}-{p['gpus'][1]} = {p['code']} ({p['path']})"))
+        lines.append(wrap("Bottleneck:", f"{p['gpus'][0]}-{p['gpus'][1]} = {p['code']} ({p['path']})"))
         lines.append(wrap("Expected:", f"{d.expected_GBps[0]:g}-{d.expected_GBps[1]:g} GB/s busbw ({p['link']}, "
                                        "as the links run now)"))
     if d.measurement is not None:

@@ -15,7 +15,16 @@ from labutils.core.busbw import format_size
 from labutils.doctor.evidence import MachineFacts, Measurement, band_text
 from labutils.readers.links import LinkFigure, link_figure
 from labutils.readers.pcie import WIDTHS, PciDevice, bridges_above, pcie_band
-from labutils.readers.topology import DEFAULT_PCIE_GEN, PATHS, Topology, classify, group_bottleneck
+from labutils.readers.topology import (
+    DEFAULT_PCIE_GEN,
+    NCCL_LEGACY_LEVELS,
+    NCCL_LEVELS,
+    PATHS,
+    Topology,
+    classify,
+    group_bottleneck,
+    nccl_level_of,
+)
 
 CAUSE_IDS = ("cross_socket", "pcie_gen_downtrained", "pcie_width_narrow", "acs_enabled", "no_p2p",
              "p2p_disabled_by_env", "nvlink_inactive", "gloo_backend", "messages_too_small",
@@ -33,9 +42,10 @@ AS_EXPECTED_SHARE = 0.85  # of the band's low end
 ABOVE_WIRE_SHARE = 1.05  # of the band's high end
 
 
-# NCCL_P2P_LEVEL: P2P is used when the path is at most this level (integers are NCCL's legacy values).
-P2P_LEVELS = {"LOC": 0, "NVL": 1, "PIX": 2, "PXB": 3, "PHB": 4, "SYS": 5}
-P2P_LEVEL_INTS = {0: "LOC", 1: "PIX", 2: "PXB", 3: "PHB", 4: "SYS", 5: "SYS"}
+# NCCL_P2P_LEVEL: P2P is used when the path is at most this level (integers are NCCL's legacy values);
+# NCCL's path types in its order (src/graph/topo.h), see `topology.nccl_p2p_level`.
+P2P_LEVELS = {name: i for i, name in enumerate(NCCL_LEVELS)}
+P2P_LEVEL_INTS = dict(enumerate(NCCL_LEGACY_LEVELS))
 
 
 # ---- the diagnosis ----------------------------------------------------------------------------
@@ -71,6 +81,7 @@ class RuleInputs:
     m: Measurement | None
     idle_reading: bool
     pcie: LinkFigure  # the GPUs' own PCIe link as it runs now (what a switch uplink is assumed to be)
+    slowest: tuple[tuple[str, str], str, LinkFigure] | None = None  # the slowest path: pair, code, band
 
     def names(self, idx) -> str:
         return ", ".join(f"GPU{i}" for i in idx)
@@ -131,15 +142,13 @@ def _p2p_level(value: str) -> int | None:
     if text in P2P_LEVELS:
         return P2P_LEVELS[text]
     try:
-        return P2P_LEVELS[P2P_LEVEL_INTS[int(text)]]
+        return P2P_LEVELS[P2P_LEVEL_INTS[min(int(text), 5)]]  # NCCL clamps legacy values to 5
     except (ValueError, KeyError):
         return None
 
 
 def _path_level(code: str) -> int:
-    if code.startswith("NV"):
-        return P2P_LEVELS["NVL"]
-    return P2P_LEVELS["PHB"] if code in ("PHB", "NODE") else P2P_LEVELS[code]
+    return P2P_LEVELS[nccl_level_of(code)]
 
 
 def _env_blocks_p2p(c: RuleInputs) -> list[str]:
@@ -390,19 +399,21 @@ def best_group(topo: Topology, size: int) -> tuple[tuple[int, ...], int] | None:
 
 
 def _socket_cause(c: RuleInputs) -> Cause | None:
-    if c.code != "SYS":
+    pair, code, band = c.slowest or (c.pair, c.code, c.band)
+    if code != "SYS":
         return None
-    a, b = (int(x[3:]) for x in c.pair)
+    a, b = (int(x[3:]) for x in pair)
 
     def where(i):
         numa, cpus = c.topo.numa_affinity[i], c.topo.cpu_affinity[i]
         return f"GPU{i} on " + (f"NUMA node {numa} (CPUs {cpus})" if numa else f"CPUs {cpus}" if cpus else "its socket")
 
     sys_row = link_figure("PCIe 5.0 x16 across sockets (SYS)")
-    evidence = (f"{c.pair[0]}-{c.pair[1]} reads SYS: every byte crosses PCIe, the CPU's root complex and the "
+    evidence = (f"{pair[0]}-{pair[1]} reads SYS: every byte crosses PCIe, the CPU's root complex and the "
                 f"socket-to-socket link (QPI/UPI/Infinity Fabric); {where(a)}, {where(b)}. The article measured "
-                f"{sys_row.low_GBps:g} GB/s on such a path where a clean PCIe 5.0 x16 gives ~50: expect "
-                f"{band_text(c.band)} here.")
+                f"{sys_row.low_GBps:g} GB/s on such a path (two GeForce cards: through host memory) where a "
+                f"clean PCIe 5.0 x16 gives ~50: expect "
+                f"{band_text(band)} here.")
     found = best_group(c.topo, len(c.group))
     sys_rank = PATHS["SYS"][0]
     if found and found[1] > sys_rank:
@@ -410,8 +421,8 @@ def _socket_cause(c: RuleInputs) -> Cause | None:
         path = group_bottleneck(c.topo, list(g))
         fix = (f"Pick GPUs on one socket: {', '.join(f'GPU{i}' for i in g)} (slowest path {path.code}, "
                f"{path.path_class}), e.g. CUDA_VISIBLE_DEVICES={','.join(map(str, g))}; or accept it: "
-               f"{band_text(c.band)} is what a path across sockets carries.")
+               f"{band_text(band)} is what a path across sockets carries.")
     else:
-        fix = (f"Accept it: no {len(c.group)} GPUs here avoid the socket-to-socket link, and {band_text(c.band)} "
+        fix = (f"Accept it: no {len(c.group)} GPUs here avoid the socket-to-socket link, and {band_text(band)} "
                "is what it carries; for more, rent a machine whose GPUs share a socket, a PCIe switch or NVLink.")
     return Cause("cross_socket", evidence, fix, "band")

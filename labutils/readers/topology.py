@@ -1,7 +1,7 @@
 """What joins the devices: `nvidia-smi topo -m` read into a frozen Topology (`parse_topology`, the
 shipped samples in data/topologies/), each GPU pair's path classified in plain words (`classify`,
-`pair_path`), the route its bytes take (peer-to-peer, or through host memory where peer access is
-off, NCCL's default beyond PXB), the bandwidth that path can carry from `data/link_table.csv`
+`pair_path`), the route its bytes take (`path_route` for a copy, `nccl_route` for NCCL: peer-to-peer,
+or through host memory), the bandwidth that path can carry from `data/link_table.csv`
 (`expected_figure`), the pair or group a ring should use (`choose_pair`, `group_bottleneck`), the
 live machine (nvidia-smi, NVML: `live_topology`, `nvml_facts`, a GPU's own PCIe link `host_link`)
 and the `topo` command.
@@ -15,6 +15,17 @@ Link codes of `nvidia-smi topo -m`, fastest first:
     SYS  across NUMA nodes: PCIe plus the socket-to-socket link (QPI/UPI); older drivers say SOC
 A ring all-reduce moves every byte over every link of the ring, so its busbw is bounded by the
 slowest path in the ring: pick GPUs whose paths are all fast.
+
+When NCCL goes peer-to-peer (NCCL 2.30.7, src/graph/paths.cc, `ncclTopoCheckP2p`; `nccl_route`):
+the default level `p2pLevel` is PATH_PXB (one or several PCIe switches, never a CPU), raised to
+PATH_SYS on an x86 AMD CPU when the machine has at most two GPUs; NCCL_P2P_LEVEL (LOC, NVL, PIX,
+PXB, PHB, SYS, ...; legacy integers 0-5) replaces the default and NCCL_P2P_DISABLE=1 sets it to LOC
+(no peer-to-peer at all). A pair whose path is no further than the level goes peer-to-peer only if
+the driver allows it: NVML's peer status, read and write (nvmlDeviceGetP2PStatus), must be OK, and
+the P2P transport (src/transport/p2p.cc, `p2pCanConnect`) checks cudaDeviceCanAccessPeer too.
+GeForce cards get no PCIe peer access from the driver, so they never go peer-to-peer over PCIe
+whatever the level. Every other pair is diverted through the CPU (`addInterStep`): NCCL's SHM
+transport copies GPU -> host memory -> GPU. nvidia-smi's PHB and NODE are both NCCL's PATH_PHB.
 """
 
 from __future__ import annotations
@@ -271,6 +282,56 @@ class PairPath:
 
 P2P_BY_DEFAULT = ("PIX", "PXB")  # NCCL's default P2P level is PXB (src/graph/paths.cc)
 HOST_MEMORY = "through host memory"
+# NCCL's path types in order (src/graph/topo.h topoPathTypeStr); NCCL_P2P_LEVEL names one of them
+NCCL_LEVELS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "PXN", "P2C", "PHB", "SYS")
+NCCL_LEGACY_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")  # NCCL_P2P_LEVEL=0..5 (levelsOldToNew)
+
+
+def nccl_level_of(code: str) -> str:
+    """NCCL's path type for a `nvidia-smi topo -m` code: NV# is NVL, NODE is PHB (NCCL joins a
+    NUMA node's PCIe trees at one CPU node), SOC is SYS, the others are their own names."""
+    code = _code(code)
+    return "NVL" if code.startswith("NV") else "PHB" if code == "NODE" else code
+
+
+def nccl_p2p_level(cpu_vendor: str | None = None, n_gpus: int | None = None, env: dict | None = None) -> str | None:
+    """The furthest path NCCL lets go peer-to-peer (`ncclTopoCheckP2p`, NCCL 2.30.7): NCCL_P2P_DISABLE=1
+    gives "LOC"; else NCCL_P2P_LEVEL (a name of NCCL_LEVELS or a legacy integer, clamped to 5); else
+    "SYS" on an AMD CPU with at most two GPUs, "PXB" otherwise. None when the default depends on
+    what is not known (`cpu_vendor` or `n_gpus` None)."""
+    env = env or {}
+    if str(env.get("NCCL_P2P_DISABLE", "")).strip() == "1":
+        return "LOC"
+    level = str(env.get("NCCL_P2P_LEVEL", "")).strip().upper()
+    if level in NCCL_LEVELS:
+        return level
+    if level[:1].isdigit():
+        digits = re.match(r"\d+", level).group()
+        return NCCL_LEGACY_LEVELS[min(int(digits), len(NCCL_LEGACY_LEVELS) - 1)]
+    if cpu_vendor is None or n_gpus is None:
+        return None
+    return "SYS" if cpu_vendor.strip().lower() in ("amd", "authenticamd") and n_gpus <= 2 else "PXB"
+
+
+def nccl_route(code: str, peer_access: bool | None = None, cpu_vendor: str | None = None,
+               n_gpus: int | None = None, env: dict | None = None) -> str:
+    """The route NCCL gives a GPU pair's bytes: "NVLink", "peer-to-peer", "through host memory", or
+    "peer-to-peer or through host memory" when it depends on what is not known.
+
+    Peer-to-peer when the path is no further than `nccl_p2p_level(cpu_vendor, n_gpus, env)` and the
+    driver offers peer access (`peer_access`: torch.cuda.can_device_access_peer or the p2p matrix;
+    None: not known); through host memory (SHM) otherwise. See the module docstring."""
+    level = nccl_p2p_level(cpu_vendor, n_gpus, env)
+    mine = NCCL_LEVELS.index(nccl_level_of(code))
+    if level is None:  # the default depends on the CPU: PXB everywhere, SYS on AMD with two GPUs
+        near = True if mine <= NCCL_LEVELS.index("PXB") else None
+    else:
+        near = mine <= NCCL_LEVELS.index(level)
+    if near is False or peer_access is False:
+        return HOST_MEMORY
+    if near is None or peer_access is None:
+        return "peer-to-peer or " + HOST_MEMORY
+    return "NVLink" if _code(code).startswith("NV") else "peer-to-peer"
 
 
 def _code(code) -> str:
@@ -290,12 +351,13 @@ def _nvlinks(code) -> int:
 
 
 def path_route(code: str, p2p: bool | None = None) -> str:
-    """How the bytes of a GPU pair travel: "NVLink", "peer-to-peer" or "through host memory".
+    """How a copy between two GPUs travels: "NVLink", "peer-to-peer" or "through host memory".
 
-    `p2p` is whether the two GPUs have peer access (torch.cuda.can_device_access_peer on a live
-    machine); None means unknown, and then NCCL's default decides: peer-to-peer up to PXB (one or
-    several PCIe switches), through host memory beyond (PHB, NODE, SYS). Without peer access,
-    every byte is copied GPU -> host memory -> GPU.
+    `p2p` is whether the driver gives the two GPUs peer access (torch.cuda.can_device_access_peer
+    on a live machine): with it a copy goes GPU to GPU, without it every byte is copied GPU -> host
+    memory -> GPU. None means unknown, and then the route is NCCL's default on a machine that does
+    not raise its level (`nccl_route`): peer-to-peer up to PXB (one or several PCIe switches),
+    through host memory beyond (PHB, NODE, SYS). NCCL's own choice needs more than `p2p`: `nccl_route`.
     """
     code = _code(code)
     if code.startswith("NV"):
@@ -311,10 +373,11 @@ def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, p2p: bool | Non
 
     NV#: `nvlink_figure(#)`. PIX, PXB, PHB, NODE: their own rows (the PCIe link's rate) when the
     pair goes peer-to-peer, the "through host memory" row (half to all of a clean link's typical
-    figure) when it does not (`path_route`). SYS: low = the source article's measured 22 GB/s on
-    PCIe 5.0 x16 (22 of 63, carried to other links by the specification's ratio), high = a clean
-    link's typical figure (~50 GB/s on PCIe 5.0 x16). Rows stated for PCIe 5.0 x16 are carried over
-    by `pcie.scale_to_pcie`; the figure's name says the route.
+    figure) when it does not (`path_route`); the figure's name says the route. SYS, either route:
+    low = the source article's measured 22 GB/s on PCIe 5.0 x16 (two GeForce cards, so through host
+    memory; 22 of 63, carried to other links by the specification's ratio), high = a clean link's
+    typical figure (~50 GB/s on PCIe 5.0 x16). Rows stated for PCIe 5.0 x16 are carried over by
+    `pcie.scale_to_pcie`.
     """
     code = _code(code)
     if code.startswith("NV"):
@@ -327,7 +390,7 @@ def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, p2p: bool | Non
         row = link_figure("PCIe 5.0 x16 across sockets (SYS)")
         this = pcie_band(pcie_gen, width)
         low = round(this.high_GBps * row.low_GBps / pcie_figure(5).high_GBps, 3)
-        return LinkFigure(f"SYS across sockets, {way} (PCIe {pcie_gen}.0 x{width})", "SYS", low, this.low_GBps,
+        return LinkFigure(f"SYS across sockets (PCIe {pcie_gen}.0 x{width})", "SYS", low, this.low_GBps,
                           range_kind("measured busbw", this.low_kind),
                           f"{row.source}; carried to PCIe {pcie_gen}.0 x{width} by its specification's ratio "
                           f"(22 of 63 GB/s); high end: the low end of {this.name} ({this.low_kind})",
@@ -341,16 +404,24 @@ def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, p2p: bool | Non
 
 def path_table(pcie_gen: int = DEFAULT_PCIE_GEN, width: int = 16) -> pd.DataFrame:
     """The legend with its expectations: per code (NV#, PIX, PXB, PHB, NODE, SYS) the path in
-    words, the route NCCL takes by default, the range (GB/s per direction on PCIe `pcie_gen` x
-    `width`; NV# for a pair of consumer cards bridged by 4 links) and where the figures come from."""
+    words, the route NCCL takes by default (`nccl_route` with the CPU not known), the range (GB/s
+    per direction on PCIe `pcie_gen` x `width`; NV# for a pair of consumer cards bridged by 4
+    links) and where the figures come from."""
     rows = []
     for code in ("NV4", *PATHS):
         rank, short, words, _ = classify(code)
         fig = expected_figure(code, pcie_gen, None, width)
         rows.append({"code": "NV#" if code.startswith("NV") else code, "path": short, "what the bytes cross": words,
-                     "route by default": path_route(code), "low_GBps": fig.low_GBps, "high_GBps": fig.high_GBps,
+                     "route by default": _default_route(code), "low_GBps": fig.low_GBps, "high_GBps": fig.high_GBps,
                      "from": fig.name, "source": fig.source})
     return pd.DataFrame(rows).set_index("code")
+
+
+def _default_route(code: str) -> str:
+    """NCCL's route with peer access offered and the CPU not known, in words."""
+    route = nccl_route(code, True)
+    amd = f"{HOST_MEMORY}; peer-to-peer on an AMD CPU with 2 GPUs"
+    return amd if route == "peer-to-peer or " + HOST_MEMORY else route
 
 
 def classify(code: str) -> tuple[int, str, str, int]:
@@ -527,14 +598,18 @@ def format_matrix(topo: Topology, nics: bool = True) -> str:
     return "\n".join(lines)
 
 
-def describe(topo: Topology, pcie_gen: int = DEFAULT_PCIE_GEN) -> str:
-    """A plain-text report: matrix, legend of the codes present, one line per pair, the pick."""
+def describe(topo: Topology, pcie_gen: int = DEFAULT_PCIE_GEN, pairs: bool = True) -> str:
+    """A plain-text report: matrix, each GPU's CPU and NUMA affinity, then (with `pairs`) one line
+    per pair and the pick for a 2-GPU job."""
     lines = [f"Topology from {topo.source}: {len(topo.gpus)} GPU(s), {len(topo.nics)} NIC(s)", "",
              format_matrix(topo), ""]
     for g, cpu, numa in zip(topo.gpus, topo.cpu_affinity, topo.numa_affinity):
         lines.append(f"{g}: CPU affinity {cpu or 'n/a'}, NUMA node {numa or 'n/a'}")
+    if not pairs:
+        return "\n".join(lines)
     lines += ["", f"Each pair (expected GB/s per direction, assuming PCIe {pcie_gen}.0 x16 where PCIe is used, and "
-                  "NCCL's default: peer-to-peer up to PXB, through host memory beyond):"]
+                  "peer-to-peer up to PXB, through host memory beyond, NCCL's default on all but AMD CPUs "
+                  "with two GPUs):"]
     for p in pair_paths(topo, pcie_gen):
         lines.append(f"  {p.a}-{p.b}  {p.code:5} {p.path_class:36} "
                      f"{p.low_GBps:>7g} - {p.high_GBps:<7g} ({p.reference})")
