@@ -15,7 +15,26 @@ starts a process. Reading order:
      compute, and only S and l + V/B are predicted: a decomposition of T2, not a forecast;
 3. predicted against measured: both views per size (`compare_views`) and in one table of errors
    and break-evens (`views_summary`); the break-even size; overlap of chunked all-reduces with
-   compute; two replicas against one split layer; the hand-in summary.
+   compute; two replicas against one split layer; the hand-in summary;
+4. what the run showed, in sentences built from its numbers, never written in advance: which view
+   of T2 was closer and which term (S, C/(2 eta), l + V/B) drove each error (`error_terms`,
+   `errors_sentence`), whether the split paid (`pays_sentence`), what overlap bought
+   (`overlap_sentence`), replicas against shards (`replicas_sentence`).
+
+Why the break-even has a floor: splitting pays when C (1 - 1/(2 eta)) > Q (l + V/B), and with
+eta <= 1 the bracket is at most 1/2, so a layer whose whole compute C is below 2 Q (l + V/B)
+never gains from the split, whatever eta. The measured break-even is where T2 crosses T1 (both
+from the split run); an a-priori one is where its predicted T2 crosses the one-rank T1 of the run
+it was predicted from (`views_summary`).
+
+Overlap (`overlap_table`): in a tensor-parallel layer the all-reduce is on the critical path (the
+LayerNorm after it needs its result), so the layer's own compute cannot hide it; cutting the
+batch into k chunks lets chunk i's all-reduce run while chunk i+1 computes. Each chunk pays l
+again, the first chunk's compute has nothing to hide and the last chunk's all-reduce nothing to
+hide behind. Both figures it is held against are estimates under the budget's assumptions (no
+contention: on a CPU gloo's asynchronous all-reduce runs on a worker thread that needs a core, on
+a GPU an NCCL kernel takes SMs and memory bandwidth from the compute it overlaps), not bounds of a
+real step: "no overlap" S + C/(2 eta) + k (l + V/(k B)) and "perfect overlap" S + max(C/(2 eta), H).
 """
 
 from __future__ import annotations
@@ -217,10 +236,11 @@ def break_even(table: pd.DataFrame, t2_column: str = "T2_ms") -> BreakEven:
 
 
 def overlap_table(frame: pd.DataFrame, link) -> pd.DataFrame:
-    """Chunked split steps ("overlap" rows) against the no-overlap prediction and the overlap bound.
+    """Chunked split steps ("overlap" rows) against the no-overlap and the perfect-overlap estimates.
 
     For k chunks: Q = k all-reduces of V/k bytes; no overlap: S + C/(2 eta) + k(l + V/(k B));
-    bound: S + max(C/(2 eta), k(l + V/(k B))). eta comes from the k = 1 run (nothing to overlap).
+    perfect overlap (column overlap_bound_ms, the article's bound, which holds only where nothing
+    contends): S + max(C/(2 eta), k(l + V/(k B))). eta comes from the k = 1 run (nothing to overlap).
     """
 
     pairs = sorted(_pairs(frame, "overlap"), key=lambda p: int(p[1].chunks))
