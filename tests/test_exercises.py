@@ -37,7 +37,7 @@ from labutils.course.exercises_ring import (
 )
 from labutils.course.exercises_tensor_parallel import check_toy_contribution
 from labutils.course.exercises_topology import check_pair_choice, check_planted_fault
-from labutils.course.exercises_validation import check_t2_prediction
+from labutils.course.exercises_validation import check_t2_prediction, faster_link
 from labutils.course.grading import check_prediction, is_close, read_number
 from labutils.doctor.evidence import read_facts
 from labutils.experiments.validation import BudgetInputs
@@ -48,6 +48,11 @@ from labutils.readers import pcie
 
 T2 = BudgetInputs(S_ms=0.233, C_ms=8.0, eta=0.8, Q=1, volume_bytes=116_000, latency_ms=0.02, bandwidth_GBps=2.0)
 T2_RIGHT = 0.233 + 8.0 / 1.6 + 0.02 + 0.058  # 5.311 ms, the issue's case: V/B is 1 % of T2
+# notebook 09's exercise on a CPU run: V/B (0.03 ms at the doubled B) is small beside T2 (2.44 ms)
+MEASURED = BudgetInputs(S_ms=0.1985, C_ms=3.521, eta=1.0, Q=1, volume_bytes=114_688, latency_ms=0.4508,
+                        bandwidth_GBps=1.943)
+FAST = faster_link(MEASURED)
+FAST_RIGHT = 0.1985 + 3.521 / 2 + 0.4508 + 114_688 / 3.886e6  # 2.439 ms
 HIDDEN = 989e12 / 25e9  # R/B of an H100 over 200 Gb/s = 25 GB/s, FLOP per byte
 H_STAR = hr.critical_hidden(989.0, 25.0, 0.8, 2, 1, "bf16")
 
@@ -98,6 +103,10 @@ CASES = {
                        (0.233 + 4.0 + 0.078, "2 eta"), (T2_RIGHT - 0.02, "latency is missing"),
                        (T2_RIGHT - 0.233, "S is missing"), (T2_RIGHT + 0.058 * 999, "1000 times"),
                        (T2_RIGHT + 0.058 * 7, "gigabits"), (5.2, "communication is missing"), (8.233, "that is T1")]),
+    "t2_faster_link": (check_t2_prediction, dict(inputs=FAST), FAST_RIGHT, [2.4, "2.44", 2.439],
+                       [(FAST_RIGHT + 114_688 / 3.886e6, "link as measured"), (2.5, "link as measured"),
+                        (FAST_RIGHT - 0.4508, "latency is missing"), (FAST_RIGHT - 0.1985, "S is missing"),
+                        (FAST_RIGHT + 7 * 114_688 / 3.886e6, "gigabits"), (3.7195, "that is T1")]),
     "hidden_gradient": (check_hidden_gradient, dict(backward_ms=40.0, busbw_GBps=1.0, world_size=8, compute_ms=60.0),
                         40e6 / 1.75, [2.3e7, "22857143"], [(40e6, "whole buffer"), (40e6 / 1.75**2, "multiplied by"),
                                                            (60e6 / 1.75, "backward time"), (22.857, "megabytes"),
@@ -167,6 +176,38 @@ def test_the_old_fixed_one_percent_let_a_dropped_term_pass():
     assert check_t2_prediction(T2_RIGHT * 0.9995, T2).startswith("Right")
     rounded = check_t2_prediction(5.3, T2)  # two figures cannot tell 5.311 from 5.291 (no latency)
     assert rounded.startswith("Right") and "latency is missing" in rounded
+
+
+def test_the_faster_link_exercise_refuses_the_measured_link_whenever_two_figures_tell_them_apart():
+    """Forgetting to double B gives T2 on the measured link: refused with its slip named whenever it
+    differs from the right T2 at two significant figures; the exercise enlarges V until it does."""
+    assert FAST.volume_scale == 1 and FAST.inputs.bandwidth_GBps == pytest.approx(2 * 1.943)
+    assert FAST.measured_bandwidth_GBps == 1.943 and "measured: 1.943 GB/s" in FAST.describe()
+    for v_bytes in (1e3, 1e4, 114_688, 1e5, 1e6, 1e7):  # V/B from negligible to dominant
+        inputs = BudgetInputs(S_ms=0.1985, C_ms=3.521, eta=0.9, Q=1, volume_bytes=v_bytes, latency_ms=0.4508,
+                              bandwidth_GBps=1.943)
+        ex = faster_link(inputs)
+        f = ex.inputs
+        right = f.S_ms + f.C_ms / (2 * f.eta) + f.latency_ms + f.volume_bytes / (f.bandwidth_GBps * 1e6)
+        slow = right + f.volume_bytes / (f.bandwidth_GBps * 1e6)
+        assert f"{right:.2g}" != f"{slow:.2g}", (v_bytes, ex)
+        assert f.volume_bytes == v_bytes * ex.volume_scale and f.bandwidth_GBps == pytest.approx(2 * 1.943)
+        assert (ex.volume_scale > 1) == (f"{check_t2_slow(inputs)[0]:.2g}" == f"{check_t2_slow(inputs)[1]:.2g}")
+        if ex.volume_scale > 1:
+            assert f"{ex.volume_scale}x the layer's" in ex.describe()
+        for answer in (slow, float(f"{slow:.2g}"), float(f"{slow:.3g}")):
+            reply = check_t2_prediction(answer, ex)
+            assert reply.startswith("Not yet") and "link as measured" in reply, (v_bytes, answer, reply)
+        assert check_t2_prediction(float(f"{right:.2g}"), ex).startswith("Right")
+    # without the measured bandwidth the grader cannot name that slip, and says nothing of it
+    assert "link as measured" not in check_t2_prediction(2.5, FAST.inputs)
+
+
+def check_t2_slow(inputs):
+    """(T2 with B doubled, T2 with B as measured) for the layer's own V."""
+    base = inputs.S_ms + inputs.C_ms / (2 * inputs.eta) + inputs.latency_ms
+    wire = inputs.volume_bytes / (inputs.bandwidth_GBps * 1e6)
+    return base + wire / 2, base + wire
 
 
 # --- the reader and the closeness rule ----------------------------------------------------------

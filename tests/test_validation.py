@@ -237,3 +237,111 @@ def test_a_small_budget_gives_the_minimum_and_drops_the_largest_size():
     assert (frame["reps"] == 5).all() and frame["budget_cut"].all()
     rounds = frame.attrs["round_s"]
     assert len(rounds) == 2 and rounds[1] > 0 and "(4, 512, 2048)" in st.budget_note(frame)
+
+
+# --- what the run showed, in words built from its numbers -------------------------------------------------
+
+def _slower_communication(frame, extra_ms):
+    """The same runs with `extra_ms` more communication in every split step (T2 too): a link slower in the
+    step than the sweep measured, the budget's "no competitors" failing."""
+    out = frame.copy()
+    split = out["mode"] == "split"
+    for col in ("communication_ms", "total_ms", "step_ms"):
+        out.loc[split, col] += extra_ms
+    return out
+
+
+def test_error_terms_split_each_error_into_its_terms():
+    frame = _slower_communication(synthetic_frame(eta=0.8, eta_halves=0.7, hiddens=(64, 128, 256)), 0.1)
+    apriori, table = val.apriori_table(frame, LINK), val.validation_table(frame, LINK)
+    terms = val.error_terms(apriori, table).set_index("view")
+    views = val.compare_views(apriori, table)
+    for view, err in (("a priori", "err_apriori"), ("after the fact", "err_after")):
+        assert terms.loc[view, "median_abs_T2_error_pct"] == pytest.approx(100 * np.median(np.abs(views[err])))
+    after = terms.loc["after the fact"]
+    assert after["compute_pct"] == pytest.approx(0.0, abs=1e-9) and after["S_pct"] == pytest.approx(0.0, abs=1e-9)
+    assert after["communication_pct"] == pytest.approx(-after["median_abs_T2_error_pct"])  # predicted too low
+    assert after["driver"] == "the communication l + V/B"
+    assert after["communication_pct"] == pytest.approx(-100 * np.median(0.1 / views["T2_ms"]))
+    assert terms.loc["a priori", "compute_pct"] > 0  # eta_halves 0.7 against 0.8 in the split: too much compute
+    assert "predicted too low (-" in val.errors_sentence(val.error_terms(apriori, table))
+
+
+def test_error_terms_names_the_compute_when_eta_was_wrong():
+    frame = synthetic_frame(eta=0.6, eta_halves=1.0, hiddens=(512, 1024))  # the halves ran far better
+    terms = val.error_terms(val.apriori_table(frame, LINK), val.validation_table(frame, LINK)).set_index("view")
+    assert terms.loc["a priori", "driver"] == "the compute C/(2 eta)"
+
+
+def _terms(apriori_pct, after_pct, apriori_driver="the communication l + V/B", after_driver=None):
+    rows = []
+    for view, pct, driver in (("a priori", apriori_pct, apriori_driver),
+                              ("after the fact", after_pct, after_driver or apriori_driver)):
+        shares = {c: (-pct if name == driver else 1.0) for c, name in val.TERMS}
+        rows.append({"view": view, "median_abs_T2_error_pct": pct, **shares, "driver": driver})
+    return pd.DataFrame(rows)
+
+
+def test_errors_sentence_says_which_prediction_was_closer_both_ways_and_ties():
+    apriori_closer = val.errors_sentence(_terms(14.9, 16.6))
+    assert apriori_closer.startswith("The a-priori prediction of T2 was the closer: median error 14.9% against 16.6%")
+    assert ("largest term of the a-priori error: the communication l + V/B, predicted too low (-14.9% of the "
+            "measured T2; the serial part S +1.0%, the compute C/(2 eta) +1.0%)") in apriori_closer
+    after_closer = val.errors_sentence(_terms(16.6, 14.9, "the compute C/(2 eta)", "the serial part S"))
+    assert after_closer.startswith("The after-the-fact prediction of T2 was the closer: median error 14.9% against "
+                                   "16.6% a priori")
+    assert "a-priori error: the compute C/(2 eta), predicted too low" in after_closer
+    assert "after-the-fact error: the serial part S, predicted too low (-14.9%" in after_closer
+    tie = val.errors_sentence(_terms(15.02, 14.98))  # both print as 15.0%
+    assert tie.startswith("The two predictions of T2 were off by the same median 15.0%")
+    assert "closer" not in tie
+
+
+def _row(t1, t2, pred):
+    return pd.Series({"batch": 64, "hidden": 448, "T1_ms": t1, "T2_ms": t2, "T2_pred_ms": pred})
+
+
+def test_pays_sentence_from_the_measured_and_the_predicted_speedup():
+    text = val.pays_sentence(_row(3.70, 7.40, 2.53))  # the run's case: measured slower, the budget said faster
+    assert "the split took 7.4 ms against 3.7 ms on one device (0.50x: it does not pay)" in text
+    assert "predicted 2.53 ms (1.46x: it pays)" in text
+    assert "(2.00x: it pays)" in val.pays_sentence(_row(4.0, 2.0, 8.0))
+    assert "(0.50x: it does not pay)." in val.pays_sentence(_row(4.0, 2.0, 8.0))
+    tie = val.pays_sentence(_row(4.0, 4.001, 4.0))
+    assert tie.count("1.00x: as fast as one device") == 2 and "pay" not in tie
+
+
+def _overlap(*measured):
+    return pd.DataFrame({"chunks": [1, 2, 4][:len(measured)], "measured_ms": measured,
+                         "no_overlap_ms": [1.0, 1.2, 1.6][:len(measured)],
+                         "overlap_bound_ms": [0.6, 0.7, 0.9][:len(measured)]})
+
+
+def test_overlap_sentence_gain_none_and_loss():
+    assert val.overlap_sentence(_overlap(1.0, 0.8, 0.9)).startswith("Overlap bought 20%: k = 2 chunks took 0.8 ms "
+                                                                    "against 1 ms with k = 1")
+    same = val.overlap_sentence(_overlap(1.0, 1.003, 1.2))
+    assert same.startswith("Overlap bought nothing measurable: k = 2") and "within 0.5%" in same
+    loss = val.overlap_sentence(_overlap(1.0, 1.6, 2.7))
+    assert "every chunk count took longer than k = 1" in loss and "k = 2, took 60% longer" in loss
+
+
+def _replicas(one_ms, replica_ms, split_ms, batch=64):
+    return pd.DataFrame([{"setup": s, "batch": batch, "hidden": 448, "latency_ms": ms,
+                          "throughput_rows_per_s": n * batch / (ms / 1e3)}
+                         for s, n, ms in (("one device", 1, one_ms), ("two replicas", 2, replica_ms),
+                                          ("one split layer", 1, split_ms))])
+
+
+def test_replicas_sentence_both_ways_and_ties():
+    run = val.replicas_sentence(_replicas(3.70, 3.55, 7.40))
+    assert "the replicas finish more rows per second (two replicas 2.08x, the split 0.50x" in run
+    assert "the split answers one batch later than one device (7.4 ms against 3.7 ms" in run
+    big = val.replicas_sentence(_replicas(4.0, 8.0, 1.0))  # replicas that slow each other, a split that flies
+    assert "the split finishes more rows per second" in big and "sooner than one device" in big
+    tie = val.replicas_sentence(_replicas(4.0, 4.0, 2.0))
+    assert "both finish as many rows per second" in tie
+    assert "as soon as one device" in val.replicas_sentence(_replicas(4.0, 4.0, 4.0001))
+    small = _replicas(1.0, 1.0, 1.0, batch=8)
+    small["hidden"] = 64
+    assert val.replicas_sentence(pd.concat([small, _replicas(3.70, 3.55, 7.40)])).startswith("Layer 64x448")

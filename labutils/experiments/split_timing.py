@@ -11,6 +11,21 @@ Reading order:
    labutils.measure.pool.shared_pool; one row per size, mode, chunk count and rank). The sizes
    come from the machine (labutils.model.sizing.layer_plan), the repetitions from a time budget.
 
+What one "device" is (notebook 09, section 1): on a CPU-only machine a core. Each rank of the split
+gets `threads_per_rank` threads (labutils.measure.launch.default_threads(2): the cores shared out so
+the two ranks do not fight over them), and the one-rank baseline T1 gets the same count. Giving T1
+all the cores would compare two devices with two devices, and eta would measure thread scaling
+inside one process instead of the split. On a GPU a device is a GPU; with one GPU the two ranks
+share it, the all-reduce goes through host memory (gloo), and the halves take turns on the SMs, so
+eta falls toward 0.5: it emulates two devices and a link, never a second GPU computing its half at
+the same time.
+
+The protocol of the source article's test: the layer fixed per size, warm-up steps untimed (one
+untimed round, then one untimed step before each communicating repetition), the time of the work
+itself, not of its launch (tensor_parallel.timed_step: CUDA events on a GPU), compute, communication
+and serial part timed apart (SectionTimer), every figure a median over repetitions, T2 each
+repetition's slowest rank. "whole" runs on rank 0 alone while rank 1 waits idle in a barrier.
+
 The model side (inputs, predictions, break-even, tables) is labutils.experiments.validation; it reads the
 rows and never starts a process.
 """

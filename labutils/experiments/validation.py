@@ -15,7 +15,26 @@ starts a process. Reading order:
      compute, and only S and l + V/B are predicted: a decomposition of T2, not a forecast;
 3. predicted against measured: both views per size (`compare_views`) and in one table of errors
    and break-evens (`views_summary`); the break-even size; overlap of chunked all-reduces with
-   compute; two replicas against one split layer; the hand-in summary.
+   compute; two replicas against one split layer; the hand-in summary;
+4. what the run showed, in sentences built from its numbers, never written in advance: which view
+   of T2 was closer and which term (S, C/(2 eta), l + V/B) drove each error (`error_terms`,
+   `errors_sentence`), whether the split paid (`pays_sentence`), what overlap bought
+   (`overlap_sentence`), replicas against shards (`replicas_sentence`).
+
+Why the break-even has a floor: splitting pays when C (1 - 1/(2 eta)) > Q (l + V/B), and with
+eta <= 1 the bracket is at most 1/2, so a layer whose whole compute C is below 2 Q (l + V/B)
+never gains from the split, whatever eta. The measured break-even is where T2 crosses T1 (both
+from the split run); an a-priori one is where its predicted T2 crosses the one-rank T1 of the run
+it was predicted from (`views_summary`).
+
+Overlap (`overlap_table`): in a tensor-parallel layer the all-reduce is on the critical path (the
+LayerNorm after it needs its result), so the layer's own compute cannot hide it; cutting the
+batch into k chunks lets chunk i's all-reduce run while chunk i+1 computes. Each chunk pays l
+again, the first chunk's compute has nothing to hide and the last chunk's all-reduce nothing to
+hide behind. Both figures it is held against are estimates under the budget's assumptions (no
+contention: on a CPU gloo's asynchronous all-reduce runs on a worker thread that needs a core, on
+a GPU an NCCL kernel takes SMs and memory bandwidth from the compute it overlaps), not bounds of a
+real step: "no overlap" S + C/(2 eta) + k (l + V/(k B)) and "perfect overlap" S + max(C/(2 eta), H).
 """
 
 from __future__ import annotations
@@ -144,7 +163,8 @@ def validation_table(frame: pd.DataFrame, link) -> pd.DataFrame:
     """After the fact, per size: estimate the inputs from the "whole" and "split" rows (eta from
     the split's own compute), predict T2 with labutils.model.budget, and compare with the measured T2.
 
-    Columns: batch, hidden, work_flops, volume_bytes, S_ms, C_ms, C_rank_ms, eta (capped),
+    Columns: batch, hidden, work_flops, volume_bytes, S_ms, C_ms, C_rank_ms (the split's compute,
+    slowest rank), S2_ms (the split's serial part, slowest rank), eta (capped),
     eta_measured, T1_ms, T2_ms (measured), comm_ms (measured, slowest rank), comm_pred_ms,
     T2_pred_ms, rel_error = (predicted - measured) / measured, speedup, speedup_pred (T1 / T2).
     """
@@ -157,7 +177,7 @@ def validation_table(frame: pd.DataFrame, link) -> pd.DataFrame:
         pred = float(budget.t_two_ms(*inp.as_args()))
         rows.append({"batch": size.batch, "hidden": size.hidden, "work_flops": size.flops, "volume_bytes": v,
                      "S_ms": inp.S_ms, "C_ms": inp.C_ms, "C_rank_ms": inp.C_ms / (2 * inp.eta_measured),
-                     "eta": inp.eta,
+                     "S2_ms": float(r2.serial_ms), "eta": inp.eta,
                      "eta_measured": inp.eta_measured, "T1_ms": t1_ms, "T2_ms": t2_ms,
                      "comm_ms": float(r2.communication_ms),
                      "comm_pred_ms": float(budget.comm_ms(inp.Q, inp.latency_ms, v, inp.bandwidth_GBps)),
@@ -216,10 +236,11 @@ def break_even(table: pd.DataFrame, t2_column: str = "T2_ms") -> BreakEven:
 
 
 def overlap_table(frame: pd.DataFrame, link) -> pd.DataFrame:
-    """Chunked split steps ("overlap" rows) against the no-overlap prediction and the overlap bound.
+    """Chunked split steps ("overlap" rows) against the no-overlap and the perfect-overlap estimates.
 
     For k chunks: Q = k all-reduces of V/k bytes; no overlap: S + C/(2 eta) + k(l + V/(k B));
-    bound: S + max(C/(2 eta), k(l + V/(k B))). eta comes from the k = 1 run (nothing to overlap).
+    perfect overlap (column overlap_bound_ms, the article's bound, which holds only where nothing
+    contends): S + max(C/(2 eta), k(l + V/(k B))). eta comes from the k = 1 run (nothing to overlap).
     """
 
     pairs = sorted(_pairs(frame, "overlap"), key=lambda p: int(p[1].chunks))
@@ -329,3 +350,132 @@ def summary_table(link, table: pd.DataFrame, measured: BreakEven, predicted: Bre
     items.append(("median |T2 error|, after the fact (eta from the split run)",
                   f"{100 * float(np.median(np.abs(table['rel_error']))):.1f}%"))
     return pd.DataFrame(items, columns=["quantity", "value"])
+
+
+# --- 4. what the run showed, in words built from its numbers ---------------------------------------------
+
+# The three terms of T2 = S + C/(2 eta) + Q(l + V/B) an error can come from: (column of error_terms, name).
+TERMS = (("S_pct", "the serial part S"), ("compute_pct", "the compute C/(2 eta)"),
+         ("communication_pct", "the communication l + V/B"))
+
+
+def error_terms(apriori: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """Which term of T2 each view gets wrong: per view, the median |T2 error| and each term's share.
+
+    Per size, predicted - measured T2 splits exactly into three terms: S against the split's
+    serial part S2 (slowest rank), C/(2 eta) against the split's compute C_rank (slowest rank),
+    and Q(l + V/B) against the rest of the measured step, T2 - S2 - C_rank (the all-reduce, the
+    wait for the slower rank and the gaps between the parts). Each term is (predicted - measured)
+    in % of the measured T2, its median over the sizes in both tables: negative when the budget
+    predicted too little. Terms of opposite sign partly cancel, so they can exceed the error. After
+    the fact, C/(2 eta) *is* C_rank whenever eta <= 1, so its compute term is 0 there.
+
+    Rows: "a priori" (eta from the halves run) and "after the fact". Columns: view,
+    median_abs_T2_error_pct, S_pct, compute_pct, communication_pct, driver (the name in TERMS of
+    the term of the largest magnitude).
+    """
+    keys = ["batch", "hidden"]
+    measured = table[[*keys, "T2_ms", "S2_ms", "C_rank_ms"]]
+    prior = apriori[[*keys, "S_ms", "C_ms", "eta_halves", "comm_pred_ms"]].assign(
+        eta=lambda d: d["eta_halves"].clip(upper=1.0))
+    views = {"a priori": measured.merge(prior, on=keys),
+             "after the fact": measured.merge(table[[*keys, "S_ms", "C_ms", "eta", "comm_pred_ms"]], on=keys)}
+    rows = []
+    for view, d in views.items():
+        if d.empty:
+            raise LabInputError("the a-priori run and the split run share no layer size")
+        t2 = d["T2_ms"]
+        parts = {"S_pct": d["S_ms"] - d["S2_ms"], "compute_pct": d["C_ms"] / (2 * d["eta"]) - d["C_rank_ms"],
+                 "communication_pct": d["comm_pred_ms"] - (t2 - d["S2_ms"] - d["C_rank_ms"])}
+        error = sum(parts.values())
+        shares = {k: 100 * float(np.median(v / t2)) for k, v in parts.items()}
+        driver = max(TERMS, key=lambda t: abs(shares[t[0]]))[1]
+        rows.append({"view": view, "median_abs_T2_error_pct": 100 * float(np.median(np.abs(error / t2))),
+                     **shares, "driver": driver})
+    return pd.DataFrame(rows)
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1f}%"
+
+
+def _term_clause(row) -> str:
+    """"the communication l + V/B, predicted too low (-12.0% of the measured T2; the compute C/(2 eta)
+    +2.0%, the serial part S +0.5%)"."""
+    main = next(c for c, name in TERMS if name == row["driver"])
+    others = ", ".join(f"{name} {row[c]:+.1f}%" for c, name in TERMS if c != main)
+    side = "too low" if row[main] < 0 else "too high"
+    return f"{row['driver']}, predicted {side} ({row[main]:+.1f}% of the measured T2; {others})"
+
+
+def errors_sentence(terms: pd.DataFrame) -> str:
+    """Which prediction of T2 was closer and which term drove each error, from `error_terms`.
+
+    The errors compare at the 0.1 % they are printed with: equal there is a tie. Each term is
+    (predicted - measured) in % of the measured T2 (median over sizes, see `error_terms`).
+    """
+    rows = terms.set_index("view")
+    pri, aft = rows.loc["a priori"], rows.loc["after the fact"]
+    a, b = _pct(pri["median_abs_T2_error_pct"]), _pct(aft["median_abs_T2_error_pct"])
+    if a == b:
+        first = f"The two predictions of T2 were off by the same median {a}"
+    elif float(a[:-1]) < float(b[:-1]):
+        first = f"The a-priori prediction of T2 was the closer: median error {a} against {b} after the fact"
+    else:
+        first = f"The after-the-fact prediction of T2 was the closer: median error {b} against {a} a priori"
+    return (f"{first}. The largest term of the a-priori error: {_term_clause(pri)}. Of the after-the-fact "
+            f"error: {_term_clause(aft)}.")
+
+
+def pays_sentence(row) -> str:
+    """Whether the split paid for one size of a validation_table, measured, and what the budget said.
+
+    The speedups compare at the two decimals they are printed with: 1.00x is "as fast".
+    """
+    def verdict(speedup: float) -> str:
+        shown = f"{speedup:.2f}"
+        if shown == "1.00":
+            return f"{shown}x: as fast as one device"
+        return f"{shown}x: {'it pays' if speedup > 1 else 'it does not pay'}"
+    size = f"{int(row['batch'])}x{int(row['hidden'])}"
+    return (f"Layer {size}: measured, the split took {row['T2_ms']:.3g} ms against {row['T1_ms']:.3g} ms on one "
+            f"device ({verdict(row['T1_ms'] / row['T2_ms'])}); the budget, with this row's inputs, predicted "
+            f"{row['T2_pred_ms']:.3g} ms ({verdict(row['T1_ms'] / row['T2_pred_ms'])}).")
+
+
+def overlap_sentence(overlap: pd.DataFrame) -> str:
+    """What cutting the batch into chunks bought, from an overlap_table: the fastest chunk count
+    above 1 against k = 1, measured. Within 0.5 % of k = 1 is "the same"."""
+    base = float(overlap.loc[overlap["chunks"] == 1, "measured_ms"].iloc[0])
+    more = overlap[overlap["chunks"] > 1]
+    best = more.loc[more["measured_ms"].idxmin()]
+    k, ratio = int(best["chunks"]), float(best["measured_ms"]) / base
+    if ratio < 0.995:
+        return (f"Overlap bought {1 - ratio:.0%}: k = {k} chunks took {best['measured_ms']:.3g} ms against "
+                f"{base:.3g} ms with k = 1 (no-overlap estimate {best['no_overlap_ms']:.3g} ms, "
+                f"perfect-overlap estimate {best['overlap_bound_ms']:.3g} ms).")
+    if ratio <= 1.005:
+        return (f"Overlap bought nothing measurable: k = {k} chunks took {best['measured_ms']:.3g} ms, the same "
+                f"as k = 1 within 0.5%.")
+    return (f"Overlap bought nothing here: every chunk count took longer than k = 1 ({base:.3g} ms); the "
+            f"fastest of them, k = {k}, took {ratio - 1:.0%} longer.")
+
+
+def _compared(a: float, b: float, more: str, less: str, same: str) -> str:
+    """`more`, `less` or `same` as a against b, equal at the 3 figures they are printed with."""
+    return same if f"{a:.3g}" == f"{b:.3g}" else (more if a > b else less)
+
+
+def replicas_sentence(replicas: pd.DataFrame) -> str:
+    """Two replicas against one split layer for the largest size of a replicas_table: rows per
+    second and the wait of one batch, each against one device, compared at 3 figures."""
+    big = replicas[replicas["hidden"] == replicas["hidden"].max()].set_index("setup")
+    one, rep, split = (big.loc[s] for s in ("one device", "two replicas", "one split layer"))
+    thr = {s: float(big.loc[s, "throughput_rows_per_s"]) / float(one["throughput_rows_per_s"]) for s in big.index}
+    rows = _compared(thr["two replicas"], thr["one split layer"], "the replicas finish more rows per second",
+                     "the split finishes more rows per second", "both finish as many rows per second")
+    wait = _compared(float(split["latency_ms"]), float(one["latency_ms"]), "later than", "sooner than", "as soon as")
+    return (f"Layer {int(one['batch'])}x{int(one['hidden'])}: {rows} (two replicas {thr['two replicas']:.2f}x, "
+            f"the split {thr['one split layer']:.2f}x one device's); the split answers one batch {wait} one "
+            f"device ({split['latency_ms']:.3g} ms against {one['latency_ms']:.3g} ms; a replica "
+            f"{rep['latency_ms']:.3g} ms).")
