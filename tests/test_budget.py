@@ -275,3 +275,17 @@ def test_n_device_notes_and_verdict_name_N():
     tight = bm.evaluate(**{**BASE, "C_ms": 0.3}, n_devices=8)
     assert "Q*7*l" in tight.notes["min_bandwidth_GBps"]
     assert "not 8x" in bm.verdict(bm.evaluate(**{**BASE, "C_ms": 100.0}, n_devices=8))
+
+
+def test_devices_sentence_from_the_table_both_ways_and_the_tie():
+    table = bm.devices_table(BASE)
+    fp32 = bm.devices_sentence(table, "fp32")
+    assert "efficiency falls from 69 to 33 percent" in fp32 and "break-even C rises from 2.45 ms to 2.65 ms" in fp32
+    fast = bm.devices_table({**BASE, "latency_ms": 0.0, "bandwidth_GBps": 1000.0}, world_sizes=(2, 8))
+    assert "break-even C falls from" in bm.devices_sentence(fast)  # no startups: the ring's bytes grow slower
+    free = bm.devices_table({**BASE, "Q": 0}, world_sizes=(2, 8))  # no exchange: break-even 0 for every N
+    assert "break-even C stays at 0 ms" in bm.devices_sentence(free)
+    never = bm.devices_table({**BASE, "eta": 0.2}, world_sizes=(2, 4))
+    assert "stays at never" in bm.devices_sentence(never)
+    with pytest.raises(LabInputError, match="not in this table"):
+        bm.devices_sentence(bm.devices_table(BASE, wire_dtypes=("fp32",)), "bf16")

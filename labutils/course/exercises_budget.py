@@ -12,7 +12,7 @@ from labutils.model import hardware_ratio as hr
 
 def check_break_even(answer_ms, *, eta=0.8, Q=4, latency_ms=0.03, volume_bytes=2_000_000,
                      bandwidth_GBps=10.0) -> str:
-    """Notebook 06: the break-even C (ms) C* = H / (1 - 1/(2 eta)), H = Q (l + V/B).
+    """Notebook 08: the break-even C (ms) C* = H / (1 - 1/(2 eta)), H = Q (l + V/B).
 
     Slips: H itself, H multiplied by the saved share, the startup left out, V/B left out, the
     base case's H, the 2 of 2 eta dropped, the units of V/B."""
@@ -42,7 +42,7 @@ def check_break_even(answer_ms, *, eta=0.8, Q=4, latency_ms=0.03, volume_bytes=2
 
 
 def check_min_bandwidth(answer_GBps, *, C_ms=12.0, eta=0.8, Q=4, latency_ms=0.03, volume_bytes=2_000_000) -> str:
-    """Notebook 06: the minimum bandwidth B = V / (D 1e6) GB/s, D = C (1 - 1/(2 eta)) / Q - l.
+    """Notebook 08: the minimum bandwidth B = V / (D 1e6) GB/s, D = C (1 - 1/(2 eta)) / Q - l.
 
     Slips: the startup left out, the saving not shared among the Q exchanges, 1 - 1/eta, and the
     units (GB/s vs Gb/s, MB/s, GiB/s)."""
@@ -64,7 +64,7 @@ def check_min_bandwidth(answer_GBps, *, C_ms=12.0, eta=0.8, Q=4, latency_ms=0.03
 
 def check_critical_hidden(answer, *, compute_TFLOPs=312.0, bandwidth_GBps=24.0, eta=0.8, N=2, Q=1,
                           wire_dtype="bf16", ffn_ratio=4.0) -> str:
-    """Notebook 06: the critical hidden size h* = I* w / (4 r) (startups left out).
+    """Notebook 08: the critical hidden size h* = I* w / (4 r) (startups left out).
 
     Slips: I* itself, R/B without the saved share, the wire dtype, the link's Gb/s taken as GB/s
     (8x), and bytes for bits the other way."""

@@ -24,7 +24,9 @@ are in ms, V in bytes, B in decimal GB/s. Where no value can make splitting pay 
 on entry (LabInputError naming the parameter, the value and the allowed range); the formulas
 after them read like the physics.
 
-The break-even as a hardware ratio is labutils.model.hardware_ratio; the article's worked cases
+C is a time. Where it comes from a layer's arithmetic, C = F/R assumes the layer is compute-bound;
+labutils.model.hardware_ratio gives C = max(F/R, W/M) with the memory-bound term (the weights' reads),
+and the break-even as a hardware ratio. The article's worked cases
 are labutils.course.budget_cases; the `interconnect-lab budget` command is
 labutils.course.budget_cli. A pure model (notebook 08, the budget dashboard): no launcher, no
 files. It has stated assumptions (equal exchanges, no overlap, no competing traffic, no queue);
@@ -416,3 +418,25 @@ def devices_table(params: dict, world_sizes=(2, 4, 8), wire_dtypes=("fp32", "bf1
                          "H_N (ms)": b.comm_ms, "T_N (ms)": b.t_two_ms, "speedup": b.speedup,
                          "efficiency": b.efficiency, "break-even C (ms)": b.break_even_C_ms})
     return pd.DataFrame(rows)
+
+
+def _change(first: float, last: float, show) -> str:
+    """"rises from a to b", "falls from a to b" or "stays at a", the numbers shown by `show`."""
+    if last == first:
+        return f"stays at {show(first)}"
+    return f"{'rises' if last > first else 'falls'} from {show(first)} to {show(last)}"
+
+
+def devices_sentence(table: pd.DataFrame, wire_dtype="fp32") -> str:
+    """How the efficiency and the break-even C change from the smallest to the largest N of a
+    `devices_table`, for one wire dtype, in one sentence built from the table's numbers."""
+    wire = wire_dtype_name(wire_dtype)
+    rows = table[table["wire"] == wire].sort_values("N")
+    if rows.empty:
+        raise LabInputError(f"wire_dtype={wire_dtype!r} is not in this table (it holds {sorted(set(table['wire']))})")
+    first, last = rows.iloc[0], rows.iloc[-1]
+    efficiency = _change(100 * first["efficiency"], 100 * last["efficiency"], lambda x: f"{x:.0f}")
+    even = _change(first["break-even C (ms)"], last["break-even C (ms)"],
+                   lambda x: "never" if math.isinf(x) else f"{x:.3g} ms")
+    return (f"With these inputs and {wire} on the wire, from N = {int(first['N'])} to N = {int(last['N'])} "
+            f"the efficiency {efficiency} percent and the break-even C {even}.")
