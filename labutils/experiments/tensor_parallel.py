@@ -318,14 +318,16 @@ def shard_error_sentence(frame: pd.DataFrame, dtype: str) -> str:
     head = f"{dtype}: largest error against float64 {listed}"
     first, last, most = errors[0], errors[-1], counts[-1]
     fewest = "whole" if counts[0] == 1 else f"with {counts[0]} shards"
-    if len(errors) == 1 or last == first:
+    if len(errors) == 1:
+        return f"{head}: one shard count only, nothing to compare."
+    if last == first:
         return f"{head}: the same {fewest} and with {most} shards, at the figures printed."
     if last > first:
-        steady = all(b >= a for a, b in zip(errors, errors[1:]))
+        steady = all(b > a for a, b in zip(errors, errors[1:]))
         how = ("it grows with the number of partials" if steady else
                f"it is larger with {most} shards than {fewest}, though not at every step")
-        return f"{head}: {how}, {last / first:.2g}x from {fewest} to {most} shards."
-    return f"{head}: smaller with {most} shards than {fewest}, {first / last:.2g}x."
+        return f"{head}: {how}, {last / first:.3g}x from {fewest} to {most} shards."
+    return f"{head}: smaller with {most} shards than {fewest}, by {first / last:.3g}x."
 
 
 def tp_check_worker(ctx, size=(8, 64), seed: int = 0, dtypes=("float32",), activation: str = "relu") -> list[dict]:
