@@ -35,7 +35,7 @@ from labutils.course.exercises_ring import (
     check_ring_latency_ranks,
     check_ring_steps,
 )
-from labutils.course.exercises_tensor_parallel import check_toy_contribution
+from labutils.course.exercises_tensor_parallel import check_step_allreduce_bytes, check_toy_contribution
 from labutils.course.exercises_topology import check_pair_choice, check_planted_fault
 from labutils.course.exercises_validation import check_t2_prediction, faster_link
 from labutils.course.grading import check_prediction, is_close, read_number
@@ -115,6 +115,16 @@ CASES = {
                   1.5 * 64e6 / (60 / 9 * 1e6), [14, "14.4"], [(1.5 * 64 / 6, "c (1/0.9 - 1)"), (9.6, "ring factor"),
                                                               (14.4 * 8, "Gb/s"), (14.4 * 0.93132, "GiB/s"),
                                                               (3.0, "too slow"), (40.0, "smallest")]),
+    "step_allreduce_bytes": (check_step_allreduce_bytes, dict(layers=32, batch=4, sequence=2048, hidden=4096),
+                             4 * 32 * 8192 * 4096 * 2, [8.6e9, "8.59e9"],
+                             [(2 * 32 * 8192 * 4096 * 2, "forward pass"), (4 * 8192 * 4096 * 2, "one layer"),
+                              (4 * 32 * 4 * 4096 * 2, "batch alone"), (4 * 32 * 8192 * 4096 * 4, "fp32"),
+                              (4 * 32 * 8192 * 4096 * 16, "bits"), (4 * 32 * 8192 * 4096 * 2 / 1e6, "megabytes")]),
+    "inference_allreduce_bytes": (check_step_allreduce_bytes, dict(layers=32, batch=1, sequence=2048, hidden=4096,
+                                                                   training=False),
+                                  2 * 32 * 2048 * 4096 * 2, [1.1e9, "1.07e9"],
+                                  [(4 * 32 * 2048 * 4096 * 2, "training step"), (32 * 2048 * 4096 * 2, "own g"),
+                                   (2 * 2048 * 4096 * 2, "one layer"), (2 * 32 * 2048 * 4096 * 16, "bits")]),
 }
 
 
@@ -375,7 +385,7 @@ GRADERS = {
     exercises_transports: ("check_path",),
     exercises_ring: ("check_ratio_prediction", "check_ring_bytes", "check_ring_steps", "check_allreduce_prediction",
                      "check_ring_latency_ranks"),
-    exercises_tensor_parallel: ("check_toy_contribution",),
+    exercises_tensor_parallel: ("check_toy_contribution", "check_step_allreduce_bytes"),
     exercises_budget: ("check_break_even", "check_min_bandwidth", "check_critical_hidden"),
     exercises_validation: ("check_t2_prediction",),
     exercises_ddp: ("check_hidden_gradient", "check_min_busbw"),

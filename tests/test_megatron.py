@@ -16,6 +16,17 @@ def test_allreduces_per_step_is_two_per_block():
         mg.allreduces_per_step(("conv",))
 
 
+def test_allreduce_bytes_of_a_model_in_training_and_inference():
+    """V = tokens x hidden x bytes, 4 per layer in a training step and 2 in inference."""
+    assert mg.allreduces_per_forward() == 2 and mg.allreduces_per_forward(("mlp",)) == 1
+    v = 4 * 2048 * 4096 * 2
+    assert mg.tp_allreduce_bytes(32, 4 * 2048, 4096, "bfloat16") == 4 * 32 * v
+    assert mg.tp_allreduce_bytes(32, 4 * 2048, 4096, "bfloat16", training=False) == 2 * 32 * v
+    assert mg.tp_allreduce_bytes(1, 8, 64, "float32", blocks=("mlp",)) == 2 * 8 * 64 * 4
+    with pytest.raises(LabInputError, match="layers=0"):
+        mg.tp_allreduce_bytes(0, 8, 64)
+
+
 def test_f_and_g_on_one_process_are_the_whole_block_and_log_their_passes():
     """Without a process group there is nothing to sum: f and g are identities, but they log."""
     w = tp.mlp_weights(16, 64, seed=2)

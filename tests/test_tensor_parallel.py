@@ -89,6 +89,60 @@ def test_precision_study_shapes_and_ordering():
     assert len(frame[frame["shards"] == 4]) == 2 * 3  # both summation orders, three dtypes
 
 
+def _errors(dtype_errors):
+    """A precision_study-shaped table: {dtype: [(shards, max_rel), ...]} (several rows per count: the orders)."""
+    import pandas as pd
+    return pd.DataFrame([{"dtype": d, "shards": n, "max_rel": e} for d, rows in dtype_errors.items() for n, e in rows])
+
+
+@pytest.mark.parametrize("rows, words", [
+    ([(1, 6.8e-3), (2, 9.4e-3), (8, 1.2e-2), (8, 1.1e-2)], "it grows with the number of partials, 1.76x"),
+    ([(1, 6.8e-3), (2, 9.4e-3), (4, 8.2e-3)], "larger with 4 shards than whole, though not at every step"),
+    ([(1, 6.8e-3), (2, 6.8e-3), (4, 8.2e-3)], "larger with 4 shards than whole, though not at every step, 1.21x"),
+    ([(1, 6.83e-3), (2, 6.83e-3), (4, 6.81e-3)], "the same whole and with 4 shards"),
+    ([(1, 3.0e-7), (2, 3.2e-7), (4, 2.9e-7)], "smaller with 4 shards than whole, by 1.03x"),
+    ([(1, 6.8e-3)], "one shard count only"),
+])
+def test_shard_error_sentence_says_what_the_numbers_say(rows, words):
+    sentence = tp.shard_error_sentence(_errors({"bfloat16": rows, "float32": [(1, 1.0), (2, 9.0)]}), "bfloat16")
+    assert sentence.startswith("bfloat16: largest error against float64 ") and words in sentence, sentence
+    if len(rows) > 1:
+        assert "6.8e-03 whole" in sentence or "3.0e-07 whole" in sentence
+
+
+def test_shard_error_sentence_takes_the_worse_order_and_refuses_a_missing_dtype():
+    sentence = tp.shard_error_sentence(_errors({"float16": [(1, 1e-3), (4, 9e-4), (4, 2e-3)]}), "float16")
+    assert "2.0e-03 with 4 shards" in sentence and "grows" in sentence
+    with pytest.raises(LabInputError, match="dtype='float32'"):
+        tp.shard_error_sentence(_errors({"float16": [(1, 1e-3)]}), "float32")
+
+
+def test_shard_error_sentence_on_a_measured_table():
+    frame = tp.precision_study((8, 64), dtypes=("bfloat16",), shard_counts=(1, 2, 4))
+    sentence = tp.shard_error_sentence(frame, "bfloat16")
+    worst = frame.groupby("shards")["max_rel"].max()
+    assert f"{worst[1]:.1e} whole" in sentence and f"{worst[4]:.1e} with 4 shards" in sentence
+
+
+@pytest.mark.parametrize("whole, split, comm, compute, words", [
+    (4.0, 2.5, 0.5, 2.0, ["speedup 1.60x, the split faster than the whole", "0.25x its compute", "shorter than"]),
+    (3.0, 4.0, 3.0, 1.5, ["speedup 0.75x, the split slower than the whole", "2.00x its compute", "longer than"]),
+    (3.0, 2.999, 1.0, 1.001, ["speedup 1.00x, the split as fast as the whole", "1.00x its compute", "as long as"]),
+    (3.0, 2.0, 0.0, 1.0, ["0 us, 0.00x its compute", "shorter than"]),
+])
+def test_split_step_sentence_both_ways_and_ties(whole, split, comm, compute, words):
+    sentence = tp.split_step_sentence(whole, split, comm, compute, 2)
+    assert sentence.startswith("The split over 2 ranks took")
+    for w in words:
+        assert w in sentence, (w, sentence)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
+def test_split_step_sentence_refuses_times_that_are_not_times(bad):
+    with pytest.raises(LabInputError, match="split_ms"):
+        tp.split_step_sentence(1.0, bad, 0.1, 0.5, 2)
+
+
 def test_layer_size_bytes_and_flops():
     size = tp.as_size((32, 64))
     assert size.ffn == 256

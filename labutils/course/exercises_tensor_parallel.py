@@ -1,16 +1,20 @@
-"""Graders of notebook 06 (tensor parallelism): the toy split's contributions, on the shared reading
-and judging of `labutils.course.grading`.
+"""Graders of notebooks 06 (tensor parallelism: the toy split's contributions) and 07 (the backward
+pass: the bytes a split model all-reduces in a step), on the shared reading and judging of
+`labutils.course.grading`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from labutils.core.busbw import element_bytes
+from labutils.course.grading import grade
+from labutils.experiments.megatron import tp_allreduce_bytes
 from labutils.model.toy_split import TOY_A, TOY_B, relu, toy_split, toy_whole, toy_wrong_split
 
 
 def check_toy_contribution(answer, x=((-1, 2),)) -> str:
-    """Notebook 05: device 2's contribution ReLU(x A[:, 2:4]) B[2:4, :] for a new input x.
+    """Notebook 06: device 2's contribution ReLU(x A[:, 2:4]) B[2:4, :] for a new input x.
 
     Recognises the usual slips (no ReLU, device 1's part, the whole output, the wrong split, B's
     other rows) and answers with a hint rather than right/wrong."""
@@ -57,3 +61,44 @@ def check_toy_contribution(answer, x=((-1, 2),)) -> str:
             return f"Not yet: {hint}"
     return (f"Not yet ({got.tolist()}). Step by step: h = x A[:, 2:4] (two numbers), clip at zero, "
             "then h B[2:4, :] (two numbers).")
+
+
+# --- 07 · the all-reduces of a split model ------------------------------------------------------------
+
+
+def check_step_allreduce_bytes(answer_bytes, layers: int, batch: int, sequence: int, hidden: int,
+                               dtype: str = "bfloat16", training: bool = True) -> str:
+    """Notebook 07: bytes tensor parallelism all-reduces in one training step (or one inference
+    forward pass) of `layers` transformer layers: count x layers x tokens x hidden x bytes, with
+    tokens = batch x sequence and count 4 per layer in training, 2 in inference
+    (`labutils.experiments.megatron.tp_allreduce_bytes`).
+
+    Slips: the other pass's count (2 for 4, 4 for 2), the MLP block alone, one layer, batch in
+    place of batch x sequence, fp32's 4 bytes, bits for bytes (and the unit slips of `grading`)."""
+    try:
+        tokens = int(batch) * int(sequence)
+        right = float(tp_allreduce_bytes(layers, tokens, hidden, dtype, training))
+        per = element_bytes(dtype)
+    except Exception as exc:  # noqa: BLE001
+        return f"This case cannot be graded ({exc})."
+    count = 4 if training else 2
+    if training:
+        per_layer = [(right / 2, "that is 2 all-reduces per layer: the forward pass's g's alone, or one block's g "
+                                 "and f. A training step of attention + MLP makes 4: two g's forward, two f's "
+                                 "backward.")]
+    else:
+        per_layer = [(right * 2, "4 per layer is a training step; inference runs forward only, so only the two "
+                                 "g's all-reduce: 2 per layer."),
+                     (right / 2, "that is 1 all-reduce per layer; attention and the MLP are both split, each "
+                                 "with its own g.")]
+    slips = per_layer + [
+        (right / int(layers), f"that is one layer; the model has {int(layers)}."),
+        (right / int(sequence), "that uses the batch alone; every token is a row of the layer, so V = "
+                                "batch x sequence x hidden x bytes."),
+        (right * 4 / per if per != 4 else None, f"that uses 4 bytes per element (fp32); {dtype} has {per}."),
+        (right * 8, "that is 8 times the answer: bits, not bytes.")]
+    how = (f"Count {count} all-reduces per layer, each of V = batch x sequence x hidden x {per} bytes, "
+           "times the layers.")
+    text = (f"{count} x {int(layers)} layers x {tokens} tokens x {int(hidden)} x {per} bytes.")
+    return grade(answer_bytes, right, [sl for sl in slips if sl[0] is not None], "bytes", how, rel_tol=0.005,
+                 right_text=text)

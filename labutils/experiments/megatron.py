@@ -13,7 +13,10 @@ Reading order:
 3. the same for an attention block split by heads (Q, K, V by columns, the output projection by
    rows), and a transformer layer = attention block + MLP block;
 4. the count: per block one g in the forward and one f in the backward, 2 all-reduces of
-   batch x hidden elements per block and training step; a layer of attention + MLP makes 4;
+   tokens x hidden elements per block and training step (the rows of x are tokens: batch x
+   sequence length in a transformer); a layer of attention + MLP makes 4 in training and 2 in
+   inference, which runs forward only (the paper's count: two in the forward pass and two in the
+   backward, its figure 4); `tp_allreduce_bytes` multiplies them out for a model of L layers;
 5. workers that run forward AND backward on ranks and compare the input gradient and every
    weight gradient with the whole (unsplit) block, within labutils.experiments.tensor_parallel.tolerance.
 
@@ -33,6 +36,7 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
+from labutils.core.busbw import element_bytes
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.experiments.tensor_parallel import (
     LAYER_DTYPES,
@@ -187,12 +191,31 @@ def allreduces_per_step(blocks=BLOCKS) -> int:
     """All-reduces per layer per training step: each split block has one g (forward) and one f (backward).
 
     2 * len(blocks): 2 for an MLP block alone, 4 for attention + MLP (the budget's Q per layer).
-    Each moves batch x hidden elements (tokens x hidden in a transformer).
+    Each moves tokens x hidden elements (the layer's rows; batch x sequence in a transformer).
     """
     blocks = tuple(blocks)
     for b in blocks:
         check_choice("blocks", b, BLOCKS)
     return 2 * len(blocks)
+
+
+def allreduces_per_forward(blocks=BLOCKS) -> int:
+    """All-reduces per layer in a forward pass alone (inference): one g per split block, the f's
+    all-reduce only in the backward. 2 for attention + MLP."""
+    return allreduces_per_step(blocks) // 2
+
+
+def tp_allreduce_bytes(layers: int, tokens: int, hidden: int, dtype: str = "bfloat16", training: bool = True,
+                       blocks=BLOCKS) -> int:
+    """Bytes tensor parallelism all-reduces in one step of `layers` split transformer layers:
+    count x layers x V, V = tokens x hidden x bytes per element (the buffer handed to all_reduce,
+    not what a ring sends: that is 2(N-1)/N of it per rank). count = 4 per layer in a training
+    step (forward and backward), 2 in inference (forward only)."""
+    layers = check_int("layers", layers, low=1)
+    tokens = check_int("tokens", tokens, low=1)
+    hidden = check_int("hidden", hidden, low=1)
+    count = allreduces_per_step(blocks) if training else allreduces_per_forward(blocks)
+    return count * layers * tokens * hidden * element_bytes(dtype)
 
 
 def count_table(log: list[dict]) -> pd.DataFrame:

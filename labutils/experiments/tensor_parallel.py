@@ -4,11 +4,16 @@ Reading order:
 1. the toy split, in exact integers: A by columns, B by rows, one sum at the end; and the wrong
    split that sums pre-activations across ReLU;
 2. the MLP block  out = LayerNorm(x + act(x W1 + b1) W2 + b2): W1 split by columns, W2 by rows,
-   ONE all-reduce of the (batch x hidden) output; residual, b2 and LayerNorm are serial work that
-   every rank repeats on the full output;
+   ONE all-reduce of the (tokens x hidden) output; residual, b2 and LayerNorm are serial work that
+   every rank repeats on the full output. The layer's rows are tokens: `LayerSize.batch` is the
+   number of rows, batch x sequence length in a transformer, so the all-reduce moves
+   V = tokens x hidden x bytes per element (Shoeybi et al. 2019, section 3: the b x s x h output);
 3. floating point: the same layer in float32 / bfloat16 / float16 with other summation orders,
    against a float64 reference, and the dtype-aware tolerance used to check a split;
-4. a step timer: serial + compute + communication = total, per rank;
+   `shard_error_sentence` says from that table how the error changed with the shard count;
+4. a step timer: serial + compute + communication = total, per rank; `split_step_sentence` says
+   from the medians how the split step compared with the whole layer and its all-reduce with its
+   compute;
 5. `python -m labutils tp-check`: the split block on N ranks, checked against the whole (the
    backward check, with f and g, is labutils.experiments.megatron).
 
@@ -30,7 +35,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from labutils.core.busbw import element_bytes
-from labutils.core.inputs import LabInputError, check_choice, check_int
+from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.measure.buffers import torch_dtype
 from labutils.measure.pool import shared_pool
 from labutils.measure.timing import SectionTimer, group_size
@@ -57,7 +62,11 @@ ACTIVATIONS = ("relu", "gelu")
 
 @dataclass(frozen=True)
 class LayerSize:
-    """One layer of the sweep: `batch` rows of width `hidden`, an MLP of width `ffn` (default 4 hidden)."""
+    """One layer of the sweep: `batch` rows of width `hidden`, an MLP of width `ffn` (default 4 hidden).
+
+    The rows are tokens: in a transformer `batch` stands for batch x sequence length, every token a
+    row that the layer treats alike.
+    """
 
     batch: int
     hidden: int
@@ -72,11 +81,11 @@ class LayerSize:
 
     @property
     def flops(self) -> float:
-        """Multiply-adds of both linears, counted as 2 flops each: 2 * 2 * batch * hidden * ffn."""
+        """Multiply-adds of both linears, counted as 2 flops each: 2 * 2 * tokens * hidden * ffn."""
         return 4.0 * self.batch * self.hidden * self.ffn
 
     def output_bytes(self, dtype_name: str = "float32") -> int:
-        """Bytes of the all-reduced output, batch x hidden elements: the budget's V."""
+        """Bytes of the all-reduced output, tokens x hidden elements (`batch` rows): the budget's V."""
         return self.batch * self.hidden * element_bytes(dtype_name)
 
 
@@ -151,7 +160,7 @@ def weights_checksum(w: MLPWeights) -> float:
 
 
 def mlp_input(batch: int, hidden: int, seed: int = 0, dtype: str = "float32", device: str = "cpu"):
-    """Deterministic input x (batch x hidden), standard normal, drawn on `device` in float32 from
+    """Deterministic input x (tokens x hidden, `batch` rows), standard normal, drawn on `device` in float32 from
     `seed` (other stream than the weights) and cast to `dtype`."""
     g = _generator(seed + 1_000_003, device)
     return torch.randn(batch, hidden, generator=g, dtype=torch.float32, device=device).to(torch_dtype(dtype))
@@ -214,7 +223,7 @@ def dist_all_reduce(t, async_op: bool = False):
 def tp_block_step(x, w: MLPWeights, activation: str, timer, reduce: bool = True):
     """One tensor-parallel step on this rank, timed in three sections (all ranks call it together).
 
-    compute: act(x W1_r + b1_r) W2_r; communication: all_reduce(sum) of the batch x hidden output;
+    compute: act(x W1_r + b1_r) W2_r; communication: all_reduce(sum) of the tokens x hidden output;
     serial: residual + b2 + LayerNorm on the full output. With one rank (or `reduce=False`,
     a rank holding the whole layer) there is nothing to reduce and the step is the whole layer.
     """
@@ -283,6 +292,42 @@ def precision_study(size=(32, 256), dtypes=("float32", "bfloat16", "float16"), s
                 rows.append({"dtype": dtype, "shards": n, "order": order, **compare(y, ref), "vs_whole_rel": vs_whole,
                              "tolerance": tol, "within": vs_whole <= tol})
     return pd.DataFrame(rows)
+
+
+def _two_figures(value: float) -> float:
+    """`value` as the sentences print it, to two significant figures (so that what they compare is what they show)."""
+    return float(f"{value:.1e}")
+
+
+def shard_error_sentence(frame: pd.DataFrame, dtype: str) -> str:
+    """How `dtype`'s error against float64 changed with the shard count in `precision_study`'s table.
+
+    Per shard count the largest max_rel over the summation orders, printed to two significant
+    figures; the sentence compares the whole layer (the fewest shards) with the most shards at
+    those figures: larger at every step ("it grows with the number of partials"), larger at the end
+    but not at every step, the same, or smaller. Each partial is rounded to `dtype` before the sum,
+    so N shards add N roundings (and N - 1 for the sum) where the whole layer has one.
+    """
+    rows = frame[frame["dtype"] == dtype]
+    if rows.empty:
+        raise LabInputError(f"dtype={dtype!r} is not in the table; it holds {sorted(set(frame['dtype']))}")
+    per_count = rows.groupby("shards")["max_rel"].max().sort_index()
+    errors = [_two_figures(v) for v in per_count]
+    counts = [int(n) for n in per_count.index]
+    listed = ", ".join(f"{e:.1e} {'whole' if n == 1 else f'with {n} shards'}" for n, e in zip(counts, errors))
+    head = f"{dtype}: largest error against float64 {listed}"
+    first, last, most = errors[0], errors[-1], counts[-1]
+    fewest = "whole" if counts[0] == 1 else f"with {counts[0]} shards"
+    if len(errors) == 1:
+        return f"{head}: one shard count only, nothing to compare."
+    if last == first:
+        return f"{head}: the same {fewest} and with {most} shards, at the figures printed."
+    if last > first:
+        steady = all(b > a for a, b in zip(errors, errors[1:]))
+        how = ("it grows with the number of partials" if steady else
+               f"it is larger with {most} shards than {fewest}, though not at every step")
+        return f"{head}: {how}, {last / first:.3g}x from {fewest} to {most} shards."
+    return f"{head}: smaller with {most} shards than {fewest}, by {first / last:.3g}x."
 
 
 def tp_check_worker(ctx, size=(8, 64), seed: int = 0, dtypes=("float32",), activation: str = "relu") -> list[dict]:
@@ -359,3 +404,26 @@ def median_times(samples: list[StepTimes]) -> dict:
     """Median of each part over repetitions; `total_ms` is the median total (parts then need not sum)."""
     frame = pd.DataFrame([s.__dict__ for s in samples])
     return {col: float(frame[col].median()) for col in frame.columns}
+
+
+def _ratio_words(ratio: float, more: str, less: str, same: str) -> str:
+    """`more`, `less` or `same` for a ratio as printed (two decimals)."""
+    shown = round(ratio, 2)
+    return more if shown > 1 else less if shown < 1 else same
+
+
+def split_step_sentence(whole_ms: float, split_ms: float, communication_ms: float, compute_ms: float,
+                        nproc: int) -> str:
+    """The timed step in words, from its medians (ms): the speedup whole / split, and the split's
+    all-reduce against its compute (both rounded as printed, two decimals, before they are compared)."""
+    for name, value in (("whole_ms", whole_ms), ("split_ms", split_ms), ("compute_ms", compute_ms)):
+        check_range(name, value, low=0, low_open=True, high=math.inf, high_open=True, unit="ms")
+    check_range("communication_ms", communication_ms, low=0, high=math.inf, high_open=True, unit="ms")
+    speedup = whole_ms / split_ms
+    faster = _ratio_words(speedup, "faster than", "slower than", "as fast as")
+    share = communication_ms / compute_ms
+    longer = _ratio_words(share, "longer than", "shorter than", "as long as")
+    return (f"The split over {nproc} ranks took {split_ms:.3f} ms, the whole layer {whole_ms:.3f} ms: "
+            f"speedup {speedup:.2f}x, the split {faster} the whole. Its all-reduce took "
+            f"{1e3 * communication_ms:.0f} us, {share:.2f}x its compute ({1e3 * compute_ms:.0f} us): "
+            f"{longer} the compute.")

@@ -1,4 +1,4 @@
-"""Tensor parallelism, drawn (notebooks 06 and 09): one split step per rank, the precision of a split
+"""Tensor parallelism, drawn (notebooks 06, 07 and 09): one split step per rank, the precision of a split
 layer, the budget held against the measured split layer, and what overlap saved."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def tp_validation(table, measured=None, predicted=None, axes=None):
     for s in (-20, 20):
         err.axhline(s, color="k", linestyle=":", linewidth=0.8)
     err.set_xticks(range(len(table)), [f"{b}x{h}" for b, h in zip(table["batch"], table["hidden"])], rotation=45)
-    err.set_xlabel("layer (batch x hidden)")
+    err.set_xlabel("layer (tokens x hidden)")
     err.set_ylabel("(predicted - measured) / measured (%)")
     return axes
 
