@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from rank_workers import gradient_worker, reference_gradient
+from rank_workers import bucket_layout_worker, gradient_worker, reference_gradient
 
 from labutils.core.inputs import LabInputError
 from labutils.course import machine
@@ -48,11 +48,31 @@ def test_bucket_count_follows_ddp_packing():
     mib = 2**20
     # reverse order: 1 MiB fills the first (1 MiB) bucket, then 25 MiB buckets
     assert len(ddp_model.ddp_bucket_sizes([10 * mib] * 6 + [mib], 25)) == 1 + 2
-    assert len(ddp_model.ddp_bucket_sizes([40 * mib] * 3, 25)) == 3  # a tensor over the cap gets its own bucket
+    assert len(ddp_model.ddp_bucket_sizes([40 * mib] * 3, 25)) == 3  # a tensor over the cap closes its bucket
     assert len(ddp_model.ddp_bucket_sizes([mib // 4] * 3, 25)) == 1  # all fits in the first
     assert len(ddp_model.ddp_bucket_sizes([mib // 4] * 8, 25)) == 2  # 1 MiB, then the rest
     width = ddp_model.mlp_for_gradient_bytes(64 * mib)
     assert ddp_model.mlp_bucket_count(width, 4, 1000) < ddp_model.mlp_bucket_count(width, 4, 1)
+
+
+def test_only_the_default_cap_has_a_small_first_bucket():
+    assert ddp_model.first_bucket_mb(ddp_model.DEFAULT_BUCKET_MB) == ddp_model.FIRST_BUCKET_MB == 1.0
+    assert ddp_model.first_bucket_mb(4) == 4.0
+    assert ddp_step.ddp_cap_mb(25) is None and ddp_step.ddp_cap_mb(4) == 4.0
+    # 4 layers of 512: 1,050,624 bytes each; the default cap closes a first bucket of one layer
+    assert ddp_model.mlp_bucket_sizes(512, 4, 25) == [1050624, 3151872]
+    assert ddp_model.mlp_bucket_sizes(512, 4, 4) == [4202496]
+    assert ddp_model.mlp_bucket_sizes(512, 4, 1) == [1050624] * 4
+
+
+@pytest.mark.distributed
+def test_the_bucket_model_matches_the_buckets_ddp_builds():
+    if not hasattr(torch.distributed, "GradBucket"):
+        pytest.skip("this PyTorch does not expose DDP's buckets")
+    caps = [25.0, 4.0, 1.0]
+    built = launch(bucket_layout_worker, 2, kwargs={"width": 512, "depth": 4, "caps": caps}, timeout_s=120)[0]
+    for cap in caps:
+        assert sorted(built[cap]) == sorted(ddp_model.mlp_bucket_sizes(512, 4, cap)), cap
 
 
 # --- prediction formulas ------------------------------------------------------------------------
