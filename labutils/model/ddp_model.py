@@ -109,7 +109,8 @@ def mlp_bucket_count(width: int, depth: int, bucket_cap_mb: float) -> int:
     return len(mlp_bucket_sizes(width, depth, bucket_cap_mb))
 
 
-def distinct_bucket_caps(width: int, depth: int, bucket_caps_mb, default_cap_mb: float = DEFAULT_BUCKET_MB) -> list[float]:
+def distinct_bucket_caps(width: int, depth: int, bucket_caps_mb,
+                         default_cap_mb: float = DEFAULT_BUCKET_MB) -> list[float]:
     """The caps of `bucket_caps_mb` that give the model of `width` a bucket layout of its own: a cap
     whose buckets (`mlp_bucket_sizes`) equal the default cap's or an earlier cap's would measure the
     same all-reduces again, so it is left out. Order kept."""
@@ -123,7 +124,8 @@ def distinct_bucket_caps(width: int, depth: int, bucket_caps_mb, default_cap_mb:
     return kept
 
 
-def bucket_size_range(widths, depth: int, bucket_caps_mb=(), default_cap_mb: float = DEFAULT_BUCKET_MB) -> tuple[int, int]:
+def bucket_size_range(widths, depth: int, bucket_caps_mb=(),
+                      default_cap_mb: float = DEFAULT_BUCKET_MB) -> tuple[int, int]:
     """(smallest, largest) all-reduce a set of runs makes, in bytes: DDP's buckets of every model
     at the default cap, of the widest at each of `bucket_caps_mb`, and each whole gradient (the
     no-overlap variant). The range an all-reduce sweep must cover to predict them all."""
