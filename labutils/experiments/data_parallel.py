@@ -389,7 +389,7 @@ def scaling_sentence(scaling: pd.DataFrame) -> str:
     n, size = int(weak["world_size"]), format_size(int(weak["gradient_bytes"]))
     rate = _compared(1.0 / weak["speedup"], 1.0, "more", "fewer", "as many")
     parts = [f"Largest model ({size}B gradient), DDP on {n} ranks: {weak['speedup']:.3g}x the samples per second of "
-             f"one rank ({rate} than one rank alone; weak-scaling efficiency {weak['efficiency']:.2f}, "
+             f"one rank ({rate} than one rank alone; weak-scaling efficiency {weak['efficiency']:.2f}, where "
              f"{n}x would be 1.00)" if rate != "as many" else
              f"Largest model ({size}B gradient), DDP on {n} ranks: as many samples per second as one rank "
              f"(weak-scaling efficiency {weak['efficiency']:.2f})",
