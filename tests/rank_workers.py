@@ -171,3 +171,16 @@ def recording_worker(ctx, worker, *args, **kwargs) -> dict:
         for name, real in saved.items():
             setattr(dist, name, real)
     return {"calls": calls, "result": result, "device": ctx.device}
+
+
+def bucket_layout_worker(ctx, width: int, depth: int, caps: list) -> dict:
+    """The bytes of each bucket DDP really built for the lab's MLP at each cap, after three steps
+    (DDP rebuilds its buckets after the first): {cap: [bytes, ...]}, in the order DDP reduces them."""
+    out = {}
+    for cap in caps:
+        step = RankStep(StepConfig(width, depth, 4, "ddp", cap, steps=1, warmup=0), ctx)
+        for _ in range(3):
+            step.run(None)
+        out[cap] = [b.buffer().numel() * b.buffer().element_size()
+                    for b in step.model.reducer._get_zeros_like_grad_buckets()]
+    return out

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from rank_workers import gradient_worker, reference_gradient
+from rank_workers import bucket_layout_worker, gradient_worker, reference_gradient
 
 from labutils.core.inputs import LabInputError
 from labutils.course import machine
@@ -48,11 +48,31 @@ def test_bucket_count_follows_ddp_packing():
     mib = 2**20
     # reverse order: 1 MiB fills the first (1 MiB) bucket, then 25 MiB buckets
     assert len(ddp_model.ddp_bucket_sizes([10 * mib] * 6 + [mib], 25)) == 1 + 2
-    assert len(ddp_model.ddp_bucket_sizes([40 * mib] * 3, 25)) == 3  # a tensor over the cap gets its own bucket
+    assert len(ddp_model.ddp_bucket_sizes([40 * mib] * 3, 25)) == 3  # a tensor over the cap closes its bucket
     assert len(ddp_model.ddp_bucket_sizes([mib // 4] * 3, 25)) == 1  # all fits in the first
     assert len(ddp_model.ddp_bucket_sizes([mib // 4] * 8, 25)) == 2  # 1 MiB, then the rest
     width = ddp_model.mlp_for_gradient_bytes(64 * mib)
     assert ddp_model.mlp_bucket_count(width, 4, 1000) < ddp_model.mlp_bucket_count(width, 4, 1)
+
+
+def test_only_the_default_cap_has_a_small_first_bucket():
+    assert ddp_model.first_bucket_mb(ddp_model.DEFAULT_BUCKET_MB) == ddp_model.FIRST_BUCKET_MB == 1.0
+    assert ddp_model.first_bucket_mb(4) == 4.0
+    assert ddp_step.ddp_cap_mb(25) is None and ddp_step.ddp_cap_mb(4) == 4.0
+    # 4 layers of 512: 1,050,624 bytes each; the default cap closes a first bucket of one layer
+    assert ddp_model.mlp_bucket_sizes(512, 4, 25) == [1050624, 3151872]
+    assert ddp_model.mlp_bucket_sizes(512, 4, 4) == [4202496]
+    assert ddp_model.mlp_bucket_sizes(512, 4, 1) == [1050624] * 4
+
+
+@pytest.mark.distributed
+def test_the_bucket_model_matches_the_buckets_ddp_builds():
+    if not hasattr(torch.distributed, "GradBucket"):
+        pytest.skip("this PyTorch does not expose DDP's buckets")
+    caps = [25.0, 4.0, 1.0]
+    built = launch(bucket_layout_worker, 2, kwargs={"width": 512, "depth": 4, "caps": caps}, timeout_s=120)[0]
+    for cap in caps:
+        assert sorted(built[cap]) == sorted(ddp_model.mlp_bucket_sizes(512, 4, cap)), cap
 
 
 # --- prediction formulas ------------------------------------------------------------------------
@@ -303,9 +323,9 @@ def test_buckets_are_read_off_the_curve_one_by_one(synthetic_sweep, true_us):
     assert len(reading.time_us) == len(sizes)
 
 
-# --- 07: the bounds (fake numbers) -----------------------------------------------------------------------
+# --- the two estimates (fake numbers) -----------------------------------------------------------------------
 
-def _bounds_summary(ddp_ms, no_overlap_ms, width=256):
+def _estimates_summary(ddp_ms, no_overlap_ms, width=256):
     grad = ddp_model.mlp_gradient_bytes(width, 4)
     base = {"width": width, "depth": 4, "gradient_bytes": grad, "bucket_cap_mb": 25.0, "exposed_comm_ms": 0.0,
             "allreduce_ms": 0.0, "wait_ms": 0.0, "batch_per_rank": 32}
@@ -317,32 +337,37 @@ def _bounds_summary(ddp_ms, no_overlap_ms, width=256):
              step_ms=no_overlap_ms, allreduce_ms=no_overlap_ms - 3.5)])
 
 
-def test_bounds_from_the_curve_hold_a_step_that_overlaps(synthetic_sweep):
+def test_estimates_from_the_curve_hold_a_step_that_overlaps(synthetic_sweep):
     sweep = synthetic_sweep()
     grad_bytes = ddp_model.mlp_gradient_bytes(256, 4)
     comm = ddp_model.bucket_comm_ms(sweep, [grad_bytes])[0]
     lower, upper = 1.5 + max(2.0, comm), 3.5 + comm  # forward + optimizer = 1.5; backward = 2
-    inside = data_parallel.prediction_table(_bounds_summary((lower + upper) / 2, upper), 100.0, 0.0,
+    inside = data_parallel.prediction_table(_estimates_summary((lower + upper) / 2, upper), 100.0, 0.0,
                                             sweep=sweep).set_index("mode")
     assert inside.loc["ddp", "overlap_pred_ms"] == pytest.approx(lower)
     assert inside.loc["ddp", "no_overlap_pred_ms"] == pytest.approx(upper)
     assert inside.loc["ddp", "between"] and not inside.loc["ddp", "extrapolated"]
     assert inside.loc["ddp", "comm_line_ms"] != pytest.approx(inside.loc["ddp", "comm_pred_ms"])
-    assert ddp_model.between_bounds_figure(inside.reset_index()) == "1/1"
-    above = data_parallel.prediction_table(_bounds_summary(upper * 1.2, upper), 100.0, 0.0, sweep=sweep)
-    assert ddp_model.between_bounds_figure(above) == "0/1"
+    assert ddp_model.between_estimates_figure(inside.reset_index()) == "1/1"
+    above = data_parallel.prediction_table(_estimates_summary(upper * 1.2, upper), 100.0, 0.0, sweep=sweep)
+    assert ddp_model.between_estimates_figure(above) == "0/1"
     with pytest.raises(LabInputError, match="rank count"):
-        data_parallel.prediction_table(_bounds_summary(5, 6), 1.0, 0.0, sweep=synthetic_sweep(world_size=4))
+        data_parallel.prediction_table(_estimates_summary(5, 6), 1.0, 0.0, sweep=synthetic_sweep(world_size=4))
 
 
-def test_is_between_and_where_the_bounds_take_compute_from():
+def test_is_between_and_where_the_estimates_take_compute_from():
     p = ddp_model.StepPrediction(1.0, 4.0, 0.5, 3.0, 1)
     assert (p.overlap_ms, p.no_overlap_ms) == (5.5, 8.5)
     assert ddp_model.is_between(5.5, p) and ddp_model.is_between(8.5, p) and not ddp_model.is_between(8.6, p)
     assert not ddp_model.is_between(5.4, p)
     cpu, one, eight = (machine.route("10_data_parallel_training", g) for g in (0, 1, 8))
-    assert [ddp_model.bounds_compute(r) for r in (cpu, one, eight)] == ["one_rank", "n_rank", "one_rank"]
-    assert [ddp_model.bounds_expected(r) for r in (cpu, one, eight)] == [False, True, True]
+    assert [ddp_model.estimate_compute(r) for r in (cpu, one, eight)] == ["one_rank", "n_rank", "one_rank"]
+
+
+def test_position_says_below_between_or_above_with_ties_between():
+    assert ddp_model.position(5.0, 5.5, 8.5) == "below"
+    assert ddp_model.position(5.5, 5.5, 8.5) == ddp_model.position(8.5, 5.5, 8.5) == "between"
+    assert ddp_model.position(8.6, 5.5, 8.5) == "above"
 
 
 def test_contention_table_shows_sum_or_overlap():
@@ -352,6 +377,8 @@ def test_contention_table_shows_sum_or_overlap():
     assert table.loc["ideal overlap: max(backward, all-reduce)", "ms"] == 10.0
     assert table.loc["both together, measured", "vs no overlap"] == pytest.approx(17 / 16)
     assert data_parallel.overlap_verdict(shared).startswith("No overlap")
+    assert "each slowed the other" in data_parallel.overlap_verdict(shared)  # 17 > 10 + 6
+    assert "slowed" not in data_parallel.overlap_verdict(dict(shared, together_ms=16.0))  # the sum exactly
     assert data_parallel.overlap_verdict({"backward_ms": 10.0, "allreduce_ms": 6.0,
                                           "together_ms": 11.0}).startswith("Overlap")
 
@@ -393,3 +420,80 @@ def test_each_bucket_layout_is_measured_once():
     for cap in set(caps) - set(kept):  # and every cap left out repeats one measured
         assert tuple(ddp_model.mlp_bucket_sizes(2048, 4, cap)) in layouts
     assert ddp_model.distinct_bucket_caps(256, 4, caps) == []  # one bucket whatever the cap
+
+
+# --- the sentences that state a comparison come from the numbers ------------------------------------
+
+def _scaling_rows(ddp_weak, ddp_strong, flat_weak, one_b=10.0, one_nb=18.0, grad=1 << 20):
+    def row(mode, kind, one, n_ms):
+        speedup = (2 * one if kind == "weak" else one) / n_ms
+        return {"mode": mode, "gradient_bytes": grad, "scaling": kind, "world_size": 2, "one_rank_ms": one,
+                "n_rank_ms": n_ms, "speedup": speedup, "efficiency": speedup / 2}
+    return pd.DataFrame([row("ddp", "weak", one_b, ddp_weak), row("ddp", "strong", one_nb, ddp_strong),
+                         row("no_overlap", "weak", one_b, flat_weak),
+                         row("ddp", "weak", 1.0, 1.0) | {"gradient_bytes": 8}])  # a smaller model, not the one said
+
+
+def test_scaling_sentence_says_faster_slower_or_as_fast_from_the_numbers():
+    good = data_parallel.scaling_sentence(_scaling_rows(12.0, 12.0, 15.0))
+    assert "1.67x the samples per second" in good and "more than one rank" in good
+    assert "12 ms against one rank's 18 ms: faster, a strong-scaling speedup of 1.5x" in good
+    assert "1.25x faster than the no-overlap variant's (15 ms)" in good
+    bad = data_parallel.scaling_sentence(_scaling_rows(25.0, 30.0, 20.0))
+    assert "fewer than one rank" in bad and "30 ms against one rank's 18 ms: slower than one rank (0.6x)" in bad
+    assert "1.25x slower than the no-overlap variant's" in bad
+    tie = data_parallel.scaling_sentence(_scaling_rows(20.0, 18.0, 20.0))
+    assert "as many samples per second as one rank" in tie and "as fast as one rank" in tie
+    assert "was as fast as the no-overlap variant's" in tie
+
+
+def _placed(*positions, mode="ddp"):
+    return pd.DataFrame({"mode": mode, "position": list(positions)})
+
+
+def test_placement_sentence_counts_where_the_steps_fell():
+    above = data_parallel.placement_sentence(pd.concat([_placed("between", "above"),
+                                                        _placed("above", "above", mode="no_overlap")]))
+    assert "DDP: between the two estimates at 1, above the no-overlap estimate at 1 of 2 model size(s)" in above
+    assert "no-overlap variant: above the no-overlap estimate at 2 of 2" in above and "contention" in above
+    assert "bound" not in above
+    inside = data_parallel.placement_sentence(_placed("between"))
+    assert inside == "Measured steps: DDP: between the two estimates at 1 of 1 model size(s)."
+    below = data_parallel.placement_sentence(_placed("below"))
+    assert "below the ideal-overlap estimate at 1" in below and "ran faster" in below
+
+
+def _bucket_summary(*caps_ms_spread):
+    return pd.DataFrame([{"mode": "ddp", "width": 256, "depth": 4, "bucket_cap_mb": cap, "step_ms": ms,
+                          "step_ms_p10": ms - spread, "step_ms_p90": ms + spread}
+                         for cap, ms, spread in caps_ms_spread])
+
+
+def test_bucket_sentence_names_the_fastest_only_beyond_the_spread():
+    clear = data_parallel.bucket_sentence(_bucket_summary((25.0, 10.0, 0.5), (1.0, 14.0, 0.5)), 256, 4)
+    assert clear.startswith("Fastest: 25 MiB buckets (10 ms median); slowest: 1 MiB (14 ms)") and "larger than" in clear
+    flipped = data_parallel.bucket_sentence(_bucket_summary((25.0, 14.0, 0.5), (1.0, 10.0, 0.5)), 256, 4)
+    assert flipped.startswith("Fastest: 1 MiB buckets")
+    noisy = data_parallel.bucket_sentence(_bucket_summary((25.0, 10.0, 3.0), (1.0, 12.0, 3.0)), 256, 4)
+    assert "does not single out a best cap" in noisy
+    tie = data_parallel.bucket_sentence(_bucket_summary((25.0, 10.0, 1.0), (1.0, 10.0, 1.0)), 256, 4)
+    assert "a tie" in tie
+    one = data_parallel.bucket_sentence(_bucket_summary((25.0, 10.0, 1.0)), 256, 4, caps_asked=[1, 4])
+    assert "Caps [1, 4] MiB give this model the same buckets" in one and "no comparison" in one
+
+
+def test_the_notebook_helpers_fill_in_the_plan_and_describe_the_gradients(synthetic_sweep):
+    from labutils.model.sizing import DdpPlan
+    plan = DdpPlan(8, (256, 512), (1.0, 4.0), 0.01, "why", warmup=2, steps=5)
+    sizes = data_parallel.choose_sizes(plan, 4)
+    assert (sizes.batch_per_rank, sizes.widths, sizes.bucket_caps_mb, sizes.steps, sizes.warmup) == \
+        (8, (256, 512), (1.0, 4.0), 5, 2)
+    mine = data_parallel.choose_sizes(plan, 4, batch_per_rank=16, gradient_mib=[4], bucket_caps_mb=[2], steps=3)
+    assert mine.widths == (ddp_model.mlp_for_gradient_bytes(4 * 2**20),) and mine.bucket_caps_mb == (2.0,)
+    assert (mine.batch_per_rank, mine.steps, mine.warmup) == (16, 3, 2)
+    with pytest.raises(LabInputError, match="batch_per_rank"):
+        data_parallel.choose_sizes(plan, 4, batch_per_rank=-1)
+    link = type("Link", (), {"busbw_GBps": 4.0, "alpha_us": 100.0})()
+    table = data_parallel.gradient_table([256, 512], 4, 2, link, synthetic_sweep())
+    assert list(table["buckets (25 MiB)"]) == [1, 2] and table.loc[1, "parameters"] == 4 * (512 * 512 + 512)
+    assert table.loc[0, "all-reduce, one α-β line (ms)"] == pytest.approx(allreduce_ms(4 * 263168, 2, 4.0, 100.0, 1))

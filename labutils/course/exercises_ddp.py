@@ -16,7 +16,7 @@ def _size_text(n_bytes: float) -> str:
 
 def check_hidden_gradient(answer_bytes, backward_ms: float, busbw_GBps: float, world_size: int,
                           compute_ms: float | None = None) -> str:
-    """Notebook 08: the largest gradient (bytes) whose all-reduce ideal overlap hides behind
+    """Notebook 10: the largest gradient (bytes) whose all-reduce ideal overlap hides behind
     backward: V = backward x busbw 1e6 / (2(N-1)/N). Slips: the factor, the whole step for the
     backward, MB / MiB for bytes, ms taken as s, Gb/s."""
     try:
@@ -41,7 +41,7 @@ def check_hidden_gradient(answer_bytes, backward_ms: float, busbw_GBps: float, w
 
 def check_min_busbw(answer_GBps, gradient_bytes: float, compute_ms: float, world_size: int,
                     efficiency: float = 0.9) -> str:
-    """Notebook 08: the slowest link (GB/s) that keeps a weak-scaling efficiency without overlap.
+    """Notebook 10: the slowest link (GB/s) that keeps a weak-scaling efficiency without overlap.
 
     comm <= c (1/E - 1), B = 2(N-1)/N V / (comm 1e6). Slips: comm = c (1 - E), the factor,
     Gb/s, GiB/s, MB/s; other answers are told the efficiency they would give."""

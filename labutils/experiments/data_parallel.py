@@ -1,4 +1,4 @@
-"""Data-parallel training, the experiments of notebook 08: launching steps on 1 and N ranks
+"""Data-parallel training, the experiments of notebook 10: launching steps on 1 and N ranks
 (labutils.experiments.ddp_step runs inside them), the summaries over steps, and measured against predicted
 (labutils.model.ddp_model) as tables. `measure_steps` also serves the CLI and benchmarks/ddp_prediction.py.
 """
@@ -19,12 +19,20 @@ from labutils.measure.pool import rank_progress, shared_pool
 from labutils.measure.timeline import Timeline, record_timeline
 from labutils.model.ddp_model import (
     DEFAULT_BUCKET_MB,
+    between_estimates_figure,
     bucket_comm_ms,
     distinct_bucket_caps,
+    estimate_compute,
     is_between,
+    mlp_bucket_count,
     mlp_bucket_sizes,
+    mlp_for_gradient_bytes,
+    mlp_gradient_bytes,
+    mlp_param_count,
+    position,
     predict_step,
 )
+from labutils.model.fit import ARTICLE_BUSBW_GBps, allreduce_ms
 
 # --- running it from the notebook, the CLI or a benchmark -----------------------------------------
 
@@ -81,7 +89,61 @@ def _run_worker(ctx, configs, ddp_reference: bool = True, interleave: bool = Tru
     return {"rows": rows, "contention": probe}
 
 
-# --- why the bounds hold, or not: backward and the all-reduce, alone and together ----------------
+# --- the sizes of the run and the all-reduce each gradient implies ---------------------------------
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What notebook 10 measures: per-rank batch, model widths, bucket caps (MiB), least timed and
+    warm-up steps; the notebook's parameters where given, else `sizing.ddp_plan`'s."""
+
+    batch_per_rank: int
+    widths: tuple[int, ...]
+    bucket_caps_mb: tuple[float, ...]
+    steps: int
+    warmup: int
+
+    def note(self, plan) -> str:
+        return (f"{plan.why}\nper-rank batch {self.batch_per_rank}, models of width {list(self.widths)}, "
+                f"bucket caps {list(self.bucket_caps_mb)} MiB")
+
+
+def choose_sizes(plan, depth: int, batch_per_rank=None, gradient_mib=None, bucket_caps_mb=None, steps=None,
+                 warmup=None) -> Sizes:
+    """The notebook's parameters, each None replaced by `plan`'s (a `sizing.DdpPlan`); `gradient_mib`
+    gives the models by gradient size (MiB), each turned into the width closest to it."""
+    widths = [mlp_for_gradient_bytes(m * 2**20, depth) for m in gradient_mib] if gradient_mib else plan.widths
+    return Sizes(check_int("batch_per_rank", batch_per_rank or plan.batch_per_rank, low=1), tuple(widths),
+                 tuple(float(c) for c in (bucket_caps_mb or plan.bucket_caps_mb)),
+                 check_int("steps", steps or plan.steps, low=1), check_int("warmup", warmup or plan.warmup, low=0))
+
+
+def gradient_table(widths, depth: int, nproc: int, link, sweep: pd.DataFrame) -> pd.DataFrame:
+    """Each model's parameters, gradient and DDP buckets at the default cap, and its all-reduce (ms)
+    three ways: read off the measured `sweep` bucket by bucket, from `link`'s one alpha-beta line,
+    and on the source article's 22 GB/s across two sockets (no latency)."""
+    rows = []
+    for w in widths:
+        grad, buckets = mlp_gradient_bytes(w, depth), mlp_bucket_count(w, depth, DEFAULT_BUCKET_MB)
+        rows.append({"width": w, "parameters": mlp_param_count(w, depth), "gradient": format_size(grad),
+                     f"buckets ({DEFAULT_BUCKET_MB:g} MiB)": buckets,
+                     "all-reduce, measured curve (ms)": bucket_comm_ms(
+                         sweep, mlp_bucket_sizes(w, depth, DEFAULT_BUCKET_MB))[0],
+                     "all-reduce, one α-β line (ms)": allreduce_ms(grad, nproc, link.busbw_GBps, link.alpha_us,
+                                                                  buckets),
+                     f"on the article's {ARTICLE_BUSBW_GBps:g} GB/s, SYS (ms)": allreduce_ms(grad, nproc,
+                                                                                    ARTICLE_BUSBW_GBps)})
+    return pd.DataFrame(rows)
+
+
+def sweep_note(sweep, low: int, high: int) -> str:
+    """Which sizes the all-reduce curve covers, against the sizes the buckets need (bytes)."""
+    sizes = sweep.frame["size_bytes"]
+    return (f"the measured curve: {format_size(int(sizes.min()))}B to {format_size(int(sizes.max()))}B "
+            f"({sweep.meta.get('date')}); the buckets need {format_size(low)}B to {format_size(high)}B")
+
+
+# --- how far backward and the all-reduce got in each other's way ----------------------------------
 
 
 def contention_table(probe: dict) -> pd.DataFrame:
@@ -100,16 +162,19 @@ def overlap_verdict(probe: dict, margin: float = 0.9) -> str:
     """One sentence from the probe: did backward and the all-reduce overlap?
 
     `together` at or above `margin` x (backward + all-reduce) means they ran one after the other
-    (or got in each other's way); near max(backward, all-reduce) means they overlapped.
+    (or got in each other's way: above the sum, each slowed the other); below it, the share of the
+    shorter part that was hidden, (backward + all-reduce - together) / min(backward, all-reduce).
     """
     b, c, both = probe["backward_ms"], probe["allreduce_ms"], probe["together_ms"]
     hidden = (b + c - both) / min(b, c) if min(b, c) > 0 else 0.0
     if both >= margin * (b + c):
+        worse = (" Together took longer than one after the other: each slowed the other down." if both > b + c
+                 else "")
         return (f"No overlap: together {both:.3g} ms against {b:.3g} + {c:.3g} = {b + c:.3g} ms one after the "
-                f"other ({both / (b + c):.0%} of the sum). Backward and the all-reduce shared the same cores, so "
-                "the ideal-overlap bound does not apply here.")
+                f"other ({both / (b + c):.0%} of the sum).{worse} The ideal-overlap estimate, which assumes the two "
+                "run side by side without slowing each other, is optimistic here.")
     return (f"Overlap: together {both:.3g} ms, below the sum {b + c:.3g} ms; {max(0.0, min(1.0, hidden)):.0%} of the "
-            f"shorter part was hidden (ideal: {max(b, c):.3g} ms).")
+            f"shorter part was hidden (ideal overlap: {max(b, c):.3g} ms).")
 
 
 def _p(q):
@@ -160,6 +225,13 @@ class DataParallelRun:
             return "Every model fitted the budget."
         return (f"Left out for time: the model(s) of width {', '.join(map(str, self.dropped_widths))} (not even "
                 "their least steps fitted the budget); give a larger budget_s to measure them.")
+
+    @property
+    def steps_note(self) -> str:
+        """One sentence: how many runs, how many timed steps each, and how many the budget cut."""
+        s, cut = self.summary, int(self.summary["budget_cut"].sum())
+        return (f"{len(s)} runs, {int(s['steps'].min())} to {int(s['steps'].max())} timed steps each"
+                + (f"; the budget set the count of {cut} of them" if cut else ""))
 
 
 def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: int = 2, steps: int = 10,
@@ -253,7 +325,7 @@ def _own_compute(run: pd.Series) -> dict:
 
 def prediction_table(summary: pd.DataFrame, busbw_GBps: float, alpha_us: float,
                      compute: str = "one_rank", sweep: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Predicted bounds against the measured step for every N-rank run (ms).
+    """The two estimates against the measured step for every N-rank run (ms).
 
     compute="one_rank": forward, backward and optimizer from the one-rank run of the same model at
     the same per-rank batch (a true prediction). compute="n_rank": from the N-rank run itself
@@ -266,9 +338,10 @@ def prediction_table(summary: pd.DataFrame, busbw_GBps: float, alpha_us: float,
     `comm_line_ms` is the alpha-beta line's figure beside it, and `extrapolated` flags runs with a
     bucket outside the measured range. Without `sweep` the line is the prediction.
 
-    `between`: overlap bound <= measured <= no-overlap bound; errors are |predicted - measured| /
-    measured. `comm_measured_ms` (no-overlap runs) is the all-reduce alone and `wait_ms` the wait
-    for the slowest rank, which the bounds leave out.
+    `position`: the measured step "below" the ideal-overlap estimate, "between" the two, or "above"
+    the no-overlap one (`ddp_model.position`; `between` is its bool); errors are
+    |predicted - measured| / measured. `comm_measured_ms` (no-overlap runs) is the all-reduce alone
+    and `wait_ms` the wait for the slowest rank, which neither estimate includes.
     """
     check_choice("compute", compute, ("one_rank", "n_rank"))
     runs = summary[summary["mode"] != "single"]
@@ -296,8 +369,170 @@ def prediction_table(summary: pd.DataFrame, busbw_GBps: float, alpha_us: float,
                      "overlap_pred_ms": pred.overlap_ms, "measured_ms": measured,
                      "error_no_overlap": abs(pred.no_overlap_ms - measured) / measured,
                      "error_overlap": abs(pred.overlap_ms - measured) / measured,
+                     "position": position(measured, pred.overlap_ms, pred.no_overlap_ms),
                      "between": is_between(measured, pred)})
     return pd.DataFrame(rows)
+
+
+def _compared(a: float, b: float, faster: str, slower: str, same: str) -> str:
+    """`faster` when time a < time b, `slower` when a > b, `same` when they are equal (to 3 digits)."""
+    if f"{a:.3g}" == f"{b:.3g}":
+        return same
+    return faster if a < b else slower
+
+
+def scaling_sentence(scaling: pd.DataFrame) -> str:
+    """What the run's largest model showed (`scaling_table` rows): DDP's weak and strong speedup, each
+    said faster / slower / as fast as one rank from the numbers, and DDP against the no-overlap variant."""
+    big = scaling[scaling["gradient_bytes"] == scaling["gradient_bytes"].max()].set_index(["mode", "scaling"])
+    weak, strong = big.loc[("ddp", "weak")], big.loc[("ddp", "strong")]
+    n, size = int(weak["world_size"]), format_size(int(weak["gradient_bytes"]))
+    rate = _compared(1.0 / weak["speedup"], 1.0, "more", "fewer", "as many")
+    parts = [f"Largest model ({size}B gradient), DDP on {n} ranks: {weak['speedup']:.3g}x the samples per second of "
+             f"one rank ({rate} than one rank alone; weak-scaling efficiency {weak['efficiency']:.2f}, where "
+             f"{n}x would be 1.00)" if rate != "as many" else
+             f"Largest model ({size}B gradient), DDP on {n} ranks: as many samples per second as one rank "
+             f"(weak-scaling efficiency {weak['efficiency']:.2f})",
+             f"with the global batch fixed, its step took {strong['n_rank_ms']:.3g} ms against one rank's "
+             f"{strong['one_rank_ms']:.3g} ms: " + _compared(strong["n_rank_ms"], strong["one_rank_ms"],
+                                                           f"faster, a strong-scaling speedup of "
+                                                           f"{strong['speedup']:.3g}x",
+                                                           f"slower than one rank ({strong['speedup']:.3g}x)",
+                                                           "as fast as one rank")]
+    if ("no_overlap", "weak") in big.index:
+        ddp_ms, flat_ms = float(weak["n_rank_ms"]), float(big.loc[("no_overlap", "weak"), "n_rank_ms"])
+        parts.append(f"DDP's step ({ddp_ms:.3g} ms) was " + _compared(
+            ddp_ms, flat_ms, f"{flat_ms / ddp_ms:.3g}x faster than", f"{ddp_ms / flat_ms:.3g}x slower than",
+            "as fast as") + f" the no-overlap variant's ({flat_ms:.3g} ms)")
+    return "; ".join(parts) + "."
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Notebook 10's estimates against the measured steps: `table` with compute from `compute`
+    ("one_rank", or "n_rank" where ranks share a GPU: `ddp_model.estimate_compute`), `own` with the
+    N-rank run's own compute, and the medians of |predicted - measured| / measured over the
+    no-overlap runs with default buckets (the step, and the all-reduce alone: read off the curve and
+    from one line)."""
+
+    table: pd.DataFrame
+    own: pd.DataFrame
+    compute: str
+
+    @property
+    def default(self) -> pd.DataFrame:
+        """The runs with DDP's default buckets, one DDP and one no-overlap row per model."""
+        return self.table[self.table["bucket_cap_mb"] == DEFAULT_BUCKET_MB]
+
+    def _no_overlap(self, table=None):
+        t = self.default if table is None else table.loc[self.default.index]
+        return t[t["mode"] == "no_overlap"]
+
+    @property
+    def step_error(self) -> float:
+        return float(self._no_overlap()["error_no_overlap"].median())
+
+    @property
+    def own_compute_error(self) -> float:
+        return float(self._no_overlap(self.own)["error_no_overlap"].median())
+
+    def allreduce_error(self, column: str = "comm_pred_ms") -> float:
+        """`comm_pred_ms`: read off the measured curve; `comm_line_ms`: one alpha-beta line."""
+        rows = self._no_overlap()
+        return float(((rows[column] - rows["comm_measured_ms"]).abs() / rows["comm_measured_ms"]).median())
+
+    @property
+    def between(self) -> str:
+        """"k/n": DDP runs with default buckets whose step lay between the two estimates."""
+        return between_estimates_figure(self.table)
+
+    def report(self) -> str:
+        """The errors, where the measured steps lay against the estimates, and extrapolations."""
+        lines = [f"no-overlap estimate's error (median): {self.step_error:.0%} with "
+                 f"{self.compute.replace('_', '-')} compute, {self.own_compute_error:.0%} with the run's own compute",
+                 f"the all-reduce alone: {self.allreduce_error():.0%} off read from the measured curve, "
+                 f"{self.allreduce_error('comm_line_ms'):.0%} from one line (median)",
+                 placement_sentence(self.default)]
+        if self.table["extrapolated"].any():
+            lines.append(f"{int(self.table['extrapolated'].sum())} run(s) have a bucket outside the measured sizes: "
+                         "their all-reduce is extrapolated from the curve's end, not measured")
+        return "\n".join(lines)
+
+
+def predict_runs(summary: pd.DataFrame, link, sweep: pd.DataFrame, route) -> Prediction:
+    """`prediction_table` twice (compute from `ddp_model.estimate_compute(route)`, and the N-rank run's own)."""
+    compute = estimate_compute(route)
+    return Prediction(prediction_table(summary, link.busbw_GBps, link.alpha_us, compute=compute, sweep=sweep),
+                      prediction_table(summary, link.busbw_GBps, link.alpha_us, compute="n_rank", sweep=sweep),
+                      compute)
+
+
+_WHERE = {"below": "below the ideal-overlap estimate", "between": "between the two estimates",
+          "above": "above the no-overlap estimate"}
+_WHY = {"above": "above the no-overlap estimate, the step cost more than compute plus the all-reduce read off the "
+                 "curve: contention for cores, SMs or memory bandwidth, and waits for the slower rank, which "
+                 "neither estimate includes",
+        "below": "below the ideal-overlap estimate, compute or the all-reduce ran faster in the step than the "
+                 "estimate took them to be"}
+
+
+def placement_sentence(table: pd.DataFrame) -> str:
+    """Where each mode's measured steps lay against its two estimates (`prediction_table` rows with a
+    `position`), counted from the numbers, and what lying outside them means."""
+    parts, seen = [], set()
+    for mode, name in (("ddp", "DDP"), ("no_overlap", "no-overlap variant")):
+        rows = table[table["mode"] == mode]
+        if rows.empty:
+            continue
+        counts = rows["position"].value_counts()
+        seen |= set(counts.index)
+        said = ", ".join(f"{_WHERE[p]} at {int(counts[p])}" for p in ("below", "between", "above") if p in counts)
+        parts.append(f"{name}: {said} of {len(rows)} model size(s)")
+    why = [_WHY[p] for p in ("above", "below") if p in seen]
+    return "Measured steps: " + "; ".join(parts) + "." + "".join(f" {w[0].upper()}{w[1:]}." for w in why)
+
+
+def bucket_runs(table: pd.DataFrame, width: int, depth: int) -> pd.DataFrame:
+    """The DDP runs of the model of `width` (`prediction_table` rows), one per bucket cap measured."""
+    rows = table[(table["mode"] == "ddp") & (table["gradient_bytes"] == mlp_gradient_bytes(width, depth))]
+    return rows.sort_values("bucket_cap_mb")
+
+
+def bucket_sentence(summary: pd.DataFrame, width: int, depth: int, caps_asked=()) -> str:
+    """Which bucket cap gave the fastest DDP step for the model of `width`, from the summary's medians,
+    and whether the gap to the slowest exceeds the step-to-step spread (the p10-p90 ranges overlap or
+    not); says so when only one layout was measured (caps whose buckets equal another's ran once)."""
+    rows = summary[(summary["mode"] == "ddp") & (summary["width"] == width) & (summary["depth"] == depth)]
+    repeats = [c for c in caps_asked if float(c) not in set(rows["bucket_cap_mb"])]
+    note = (f"Caps {list(repeats)} MiB give this model the same buckets as a cap measured, so each layout ran once. "
+            if repeats else "")
+    if len(rows) < 2:
+        return note + "Only one bucket layout was measured for this model: no comparison to draw."
+    rows = rows.sort_values("step_ms")
+    best, worst = rows.iloc[0], rows.iloc[-1]
+    if f"{best['step_ms']:.3g}" == f"{worst['step_ms']:.3g}":
+        return note + f"Every cap measured gave the same median step ({best['step_ms']:.3g} ms): a tie."
+    apart = best["step_ms_p90"] < worst["step_ms_p10"]
+    return note + (f"Fastest: {best['bucket_cap_mb']:g} MiB buckets ({best['step_ms']:.3g} ms median); slowest: "
+                   f"{worst['bucket_cap_mb']:g} MiB ({worst['step_ms']:.3g} ms). "
+                   + ("Their p10-p90 ranges do not overlap: the gap is larger than the step-to-step spread."
+                      if apart else "Their p10-p90 ranges overlap: the gap is within the step-to-step spread, "
+                                    "so this run does not single out a best cap."))
+
+
+def largest_single(summary: pd.DataFrame, batch_per_rank: int) -> pd.Series:
+    """The summary row of the largest model's one-rank step at `batch_per_rank` (medians, ms)."""
+    rows = summary[(summary["mode"] == "single") & (summary["batch_per_rank"] == batch_per_rank)]
+    return rows[rows["width"] == rows["width"].max()].iloc[0]
+
+
+def dashboard_inputs(base: pd.Series, depth: int, link) -> dict:
+    """`ddp_scaling_dashboard`'s starting point: a one-rank step (`largest_single`: gradient, compute,
+    backward's share of it) and `link`'s busbw and alpha."""
+    return {"gradient_bytes": float(base["gradient_bytes"]), "busbw_GBps": link.busbw_GBps,
+            "compute_ms": float(base["compute_ms"]), "alpha_us": link.alpha_us,
+            "buckets": mlp_bucket_count(int(base["width"]), depth, DEFAULT_BUCKET_MB),
+            "hideable": round(float(base["backward_ms"] / base["compute_ms"]), 2)}
 
 
 def time_breakdown(summary: pd.DataFrame) -> pd.DataFrame:

@@ -47,13 +47,19 @@ from labutils.measure.timing import (
     synchronize,
     time_loop,
 )
-from labutils.model.ddp_model import mlp_gradient_bytes, mlp_param_count
+from labutils.model.ddp_model import DEFAULT_BUCKET_MB, mlp_gradient_bytes, mlp_param_count
 from labutils.model.sizing import Reps, plan_reps
 
 DDP_MODES = ("single", "ddp", "no_overlap")
 
 
 DDP_SECTIONS = ("forward_ms", "backward_ms", "wait_ms", "allreduce_ms", "optimizer_ms")
+
+
+def ddp_cap_mb(bucket_cap_mb: float) -> float | None:
+    """What to pass DDP as `bucket_cap_mb`: None for its default cap, so that the run has DDP's default
+    buckets (a 1 MiB first bucket, then 25 MiB: `ddp_model.first_bucket_mb`), else the cap."""
+    return None if float(bucket_cap_mb) == DEFAULT_BUCKET_MB else float(bucket_cap_mb)
 
 
 def build_mlp(width: int, depth: int, seed: int = 0, device: str = "cpu"):
@@ -111,7 +117,7 @@ class StepConfig:
     depth: int = 4
     batch_per_rank: int = 32
     mode: str = "ddp"
-    bucket_cap_mb: float = 25.0
+    bucket_cap_mb: float = DEFAULT_BUCKET_MB
     steps: int = 10
     warmup: int = 2
     min_time_s: float = 0.0
@@ -162,7 +168,7 @@ class RankStep:
         else:
             ids = [torch.device(ctx.device).index] if ctx.device.startswith("cuda") else None
             # DDP: gradients live in its buckets (no copy in or out), as no-overlap's live in the flat buffer
-            self.model = DDP(model, device_ids=ids, bucket_cap_mb=cfg.bucket_cap_mb,
+            self.model = DDP(model, device_ids=ids, bucket_cap_mb=ddp_cap_mb(cfg.bucket_cap_mb),
                              gradient_as_bucket_view=cfg.mode == "ddp")
         self.opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
         self.params = list(model.parameters())
@@ -417,7 +423,7 @@ def ddp_timeline_worker(ctx, width: int = 256, depth: int = 4, batch_per_rank: i
     """
     model = build_mlp(width, depth, seed, ctx.device)
     ids = [torch.device(ctx.device).index] if ctx.device.startswith("cuda") else None
-    ddp = DDP(model, device_ids=ids, bucket_cap_mb=bucket_cap_mb)
+    ddp = DDP(model, device_ids=ids, bucket_cap_mb=ddp_cap_mb(bucket_cap_mb))
     x, y = rank_batch(batch_per_rank, width, ctx.rank, seed + 1, ctx.device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 

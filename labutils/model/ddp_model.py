@@ -1,14 +1,31 @@
 """Data-parallel training, the model: gradient and bucket sizes of the MLP, and the predicted step
 time (notebook 10, the DDP scaling dashboard). Pure functions: no launcher, no torch, no files.
 
-Prediction (times in ms, bytes, decimal GB/s): compute from the one-rank step (or, where ranks
-share a GPU, from the N-rank run's own backward: `bounds_compute`); comm = the sum over DDP's
-buckets of the measured all-reduce curve read at each bucket's size (`bucket_comm_ms`, log-log
-interpolation of the sweep; one alpha-beta line over 1 KiB-64 MiB misses gloo's bandwidth
-falling once messages leave the cache), or the line buckets * alpha_us / 1e3 + 2(N-1)/N *
-grad_bytes / (busbw_GBps * 1e6) when no sweep is given; then no overlap = compute + comm (the
-sum bound) and ideal overlap = forward + optimizer + max(backward, comm) (the max bound: only
-backward can hide communication). labutils.experiments.ddp_step.contention_worker measures why the bounds fail on a CPU.
+DDP's buckets (PyTorch's DistributedDataParallel documentation and its design note, "Distributed
+Data Parallel" in the notes): the parameters are packed into buckets in *reverse* order of
+`model.parameters()`, the order in which backward produces their gradients (after the first
+iteration DDP rebuilds the buckets in the order it saw them become ready); a bucket closes once it
+holds `bucket_cap_mb` MiB (25 by default). With the default cap (`bucket_cap_mb=None`) the first
+bucket closes at 1 MiB, so the last layers' gradients start moving early; in recent PyTorch (2.13
+checked; older releases gave every cap a 1 MiB first bucket) an explicit cap, even 25, uses that
+cap for the first bucket too (`DEFAULT_BUCKET_MB` stands for
+DDP's default here, and the lab passes None for it). When the last gradient of a bucket is ready,
+DDP's autograd hook launches that bucket's all-reduce asynchronously, while backward goes on
+computing earlier layers: that is the overlap. Two estimates bracket what overlap can do, with
+neither contention between the two (cores, SMs, memory bandwidth) nor waits for a slower rank:
+
+    no-overlap estimate    = forward + backward + comm + optimizer
+    ideal-overlap estimate = forward + max(backward, comm) + optimizer   (only backward can hide comm)
+
+Neither is a bound: a measured step can exceed the first (contention, stragglers) or undercut the
+second (an all-reduce faster than the curve says). Times in ms, bytes, decimal GB/s. Compute comes
+from the one-rank step (or, where ranks share a GPU, from the N-rank run's own backward:
+`estimate_compute`); comm = the sum over DDP's buckets of the measured all-reduce curve read at
+each bucket's size (`bucket_comm_ms`, log-log interpolation of the sweep: gloo's bandwidth falls
+once a message leaves the CPU's caches, so one alpha-beta line over the whole sweep misses real
+gradients by a large factor), or the line buckets * alpha_us / 1e3 + 2(N-1)/N * grad_bytes /
+(busbw_GBps * 1e6) when no sweep is given. labutils.experiments.ddp_step.contention_worker measures
+how far backward and the all-reduce get in each other's way.
 """
 
 from __future__ import annotations
@@ -23,7 +40,8 @@ from labutils.core.busbw import bus_factor, element_bytes
 from labutils.core.inputs import check_choice, check_int, check_range, safe_divide
 from labutils.model.fit import CurvePrediction, allreduce_ms, interpolate_time_us
 
-FIRST_BUCKET_MB = 1.0  # DDP puts the last layers' gradients into a small first bucket (1 MiB)
+FIRST_BUCKET_MB = 1.0  # with its default cap, DDP puts the last layers' gradients into a small first bucket
+DEFAULT_BUCKET_MB = 25.0  # DDP's default bucket_cap_mb (the lab passes None to DDP for it)
 
 
 BYTES_PER_PARAM = element_bytes("float32")
@@ -52,8 +70,9 @@ def ddp_bucket_sizes(param_bytes: list[int], bucket_cap_mb: float,
                      first_bucket_mb: float = FIRST_BUCKET_MB) -> list[int]:
     """The bytes of each all-reduce DDP issues per step: parameters in reverse order, packed greedily.
 
-    The first bucket closes at `first_bucket_mb` MiB, later ones at `bucket_cap_mb` MiB; a tensor
-    larger than the cap gets a bucket of its own. (DDP's own packing, without its dtype split.)
+    The first bucket closes at `first_bucket_mb` MiB, later ones at `bucket_cap_mb` MiB: a bucket
+    closes once it holds at least its cap, so a tensor larger than the cap closes the bucket it
+    joins. (DDP's own packing, `_compute_bucket_assignment_by_size`, without its dtype split.)
     """
     check_range("bucket_cap_mb", bucket_cap_mb, low=0, low_open=True, unit="MiB")
     buckets: list[int] = []
@@ -75,9 +94,14 @@ def _mlp_param_bytes(width: int, depth: int) -> list[int]:
     return sizes
 
 
+def first_bucket_mb(bucket_cap_mb: float) -> float:
+    """The first bucket's cap (MiB): 1 MiB under DDP's default cap, else the cap itself (recent PyTorch)."""
+    return FIRST_BUCKET_MB if float(bucket_cap_mb) == DEFAULT_BUCKET_MB else float(bucket_cap_mb)
+
+
 def mlp_bucket_sizes(width: int, depth: int, bucket_cap_mb: float) -> list[int]:
-    """`ddp_bucket_sizes` for the lab's MLP (weight then bias of each layer)."""
-    return ddp_bucket_sizes(_mlp_param_bytes(width, depth), bucket_cap_mb)
+    """`ddp_bucket_sizes` for the lab's MLP (weight then bias of each layer), first bucket `first_bucket_mb`."""
+    return ddp_bucket_sizes(_mlp_param_bytes(width, depth), bucket_cap_mb, first_bucket_mb(bucket_cap_mb))
 
 
 def mlp_bucket_count(width: int, depth: int, bucket_cap_mb: float) -> int:
@@ -85,7 +109,8 @@ def mlp_bucket_count(width: int, depth: int, bucket_cap_mb: float) -> int:
     return len(mlp_bucket_sizes(width, depth, bucket_cap_mb))
 
 
-def distinct_bucket_caps(width: int, depth: int, bucket_caps_mb, default_cap_mb: float = 25.0) -> list[float]:
+def distinct_bucket_caps(width: int, depth: int, bucket_caps_mb,
+                         default_cap_mb: float = DEFAULT_BUCKET_MB) -> list[float]:
     """The caps of `bucket_caps_mb` that give the model of `width` a bucket layout of its own: a cap
     whose buckets (`mlp_bucket_sizes`) equal the default cap's or an earlier cap's would measure the
     same all-reduces again, so it is left out. Order kept."""
@@ -99,7 +124,8 @@ def distinct_bucket_caps(width: int, depth: int, bucket_caps_mb, default_cap_mb:
     return kept
 
 
-def bucket_size_range(widths, depth: int, bucket_caps_mb=(), default_cap_mb: float = 25.0) -> tuple[int, int]:
+def bucket_size_range(widths, depth: int, bucket_caps_mb=(),
+                      default_cap_mb: float = DEFAULT_BUCKET_MB) -> tuple[int, int]:
     """(smallest, largest) all-reduce a set of runs makes, in bytes: DDP's buckets of every model
     at the default cap, of the widest at each of `bucket_caps_mb`, and each whole gradient (the
     no-overlap variant). The range an all-reduce sweep must cover to predict them all."""
@@ -112,7 +138,8 @@ def bucket_size_range(widths, depth: int, bucket_caps_mb=(), default_cap_mb: flo
 
 @dataclass(frozen=True)
 class StepPrediction:
-    """Predicted N-rank step (ms): `no_overlap_ms` (sum bound) >= measured >= `overlap_ms` (max bound)."""
+    """Estimated N-rank step (ms): `no_overlap_ms` (the sum) and `overlap_ms` (the max). Estimates
+    without contention or stragglers, not bounds: a measured step may lie outside them."""
 
     forward_ms: float
     backward_ms: float
@@ -153,27 +180,27 @@ def bucket_comm_ms(sweep: pd.DataFrame, bucket_bytes) -> tuple[float, CurvePredi
 
 
 def is_between(measured_ms: float, prediction: StepPrediction) -> bool:
-    """Ideal overlap <= measured <= no overlap: the step lies between its two bounds."""
+    """Ideal overlap <= measured <= no overlap: the step lies between its two estimates (ties inside)."""
     return prediction.overlap_ms <= measured_ms <= prediction.no_overlap_ms
 
 
-def bounds_compute(route) -> str:
-    """Where the bounds take compute from on `route` (a machine.Route): "n_rank" (the N-rank run's
+def position(measured_ms: float, overlap_ms: float, no_overlap_ms: float) -> str:
+    """Where a measured step lies against its estimates: "below" the ideal-overlap one, "between"
+    the two (an estimate equal to the measurement counts as between), or "above" the no-overlap one."""
+    if measured_ms < overlap_ms:
+        return "below"
+    return "above" if measured_ms > no_overlap_ms else "between"
+
+
+def estimate_compute(route) -> str:
+    """Where the estimates take compute from on `route` (a machine.Route): "n_rank" (the N-rank run's
     own backward without sync) when ranks share a GPU, whose compute then runs at a fraction of
     the one-rank speed; else "one_rank" (a true prediction from one rank)."""
     return "n_rank" if getattr(route, "shares_gpu", False) else "one_rank"
 
 
-def bounds_expected(route) -> bool:
-    """Should the measured DDP step lie between the bounds on `route`? Yes on a GPU, where the
-    compute runs on the GPU and the all-reduce elsewhere (gloo's CPU threads, or NCCL's own
-    kernels beside backward), so overlap is real. Not on the CPU route: backward and gloo's
-    threads share the ranks' cores (`contention_worker` shows it with numbers)."""
-    return bool(getattr(route, "on_gpu", False))
-
-
-def between_bounds_figure(table: pd.DataFrame) -> str:
-    """"k/n": of the n DDP runs with default buckets in a `prediction_table`, k lay between the bounds."""
+def between_estimates_figure(table: pd.DataFrame) -> str:
+    """"k/n": of the n DDP runs with default buckets in a `prediction_table`, k lay between the two estimates."""
     ddp = table[(table["mode"] == "ddp") & (table["bucket_cap_mb"] == DEFAULT_BUCKET_MB)]
     return f"{int(ddp['between'].sum())}/{len(ddp)}"
 
@@ -186,7 +213,7 @@ def predicted_efficiency(gradient_bytes, busbw_GBps, compute_ms, world_size, alp
     (strong: each rank then computes compute_ms / N). A share `hideable` (0..1) of the compute,
     the backward pass, can hide communication: T_N = (1 - h) c + max(h c, comm).
     weak: efficiency = compute_ms / T_N;  strong: efficiency = compute_ms / (N T_N).
-    hideable=0 is the no-overlap (sum) bound, hideable=1 the max bound.
+    hideable=0 is the no-overlap estimate (the sum), hideable=1 the ideal-overlap one (the max).
     """
     check_range("compute_ms", compute_ms, low=0, low_open=True, unit="ms")
     check_range("hideable", hideable, low=0, high=1)
@@ -228,5 +255,3 @@ def max_hidden_gradient_bytes(backward_ms, busbw_GBps, world_size, alpha_us=0.0,
     out = safe_divide(room_ms * np.asarray(busbw_GBps, float) * 1e6, factor)
     return float(out) if out.ndim == 0 else out
 
-
-DEFAULT_BUCKET_MB = 25.0  # DDP's default bucket_cap_mb

@@ -40,7 +40,8 @@ def ddp_time_breakdown(breakdown, ax=None, title: str = "Where one training step
 
 
 def ddp_prediction_vs_measured(table, ax=None, x: str = "gradient_bytes"):
-    """Measured N-rank steps (dots) between the predicted no-overlap (sum) and overlap (max) bounds."""
+    """Measured N-rank steps (dots) against the two estimates, no overlap (the sum) and ideal overlap
+    (the max): estimates without contention or stragglers, which a measured step may lie outside."""
     if ax is None:
         _, ax = new_figure()
     for mode, marker, colour in (("ddp", "o", PALETTE[0]), ("no_overlap", "s", PALETTE[3])):
@@ -50,9 +51,9 @@ def ddp_prediction_vs_measured(table, ax=None, x: str = "gradient_bytes"):
         ax.plot(rows[x], rows["measured_ms"], marker, color=colour, label=f"measured: {mode}")
         if mode == "ddp":
             ax.fill_between(rows[x], rows["overlap_pred_ms"], rows["no_overlap_pred_ms"], color=colour, alpha=0.15,
-                            label="predicted range: ideal overlap .. none")
+                            label="estimates: ideal overlap to no overlap")
         else:
-            ax.plot(rows[x], rows["no_overlap_pred_ms"], "--", color=colour, label="predicted: no overlap")
+            ax.plot(rows[x], rows["no_overlap_pred_ms"], "--", color=colour, label="no-overlap estimate")
     if x == "gradient_bytes":
 
         bytes_axis(ax, label="gradient size (bytes, 1024-based)")
@@ -61,20 +62,20 @@ def ddp_prediction_vs_measured(table, ax=None, x: str = "gradient_bytes"):
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel("step time (ms)")
-    ax.set_title("N-rank step: measured against the predicted bounds")
+    ax.set_title("N-rank step: measured against the two estimates")
     ax.legend()
     return ax
 
 
 def ddp_bucket_sweep(table, ax=None):
-    """DDP step time against `bucket_cap_mb`, measured and predicted, for one model."""
+    """DDP step time against `bucket_cap_mb`, measured and the two estimates, for one model."""
     if ax is None:
         _, ax = new_figure()
     rows = table[table["mode"] == "ddp"].sort_values("bucket_cap_mb")
     ax.plot(rows["bucket_cap_mb"], rows["measured_ms"], "o-", color=PALETTE[0], label="measured DDP step")
     ax.plot(rows["bucket_cap_mb"], rows["no_overlap_pred_ms"], "--", color=PALETTE[3],
-            label="predicted, no overlap (buckets x latency + wire)")
-    ax.plot(rows["bucket_cap_mb"], rows["overlap_pred_ms"], ":", color=PALETTE[2], label="predicted, ideal overlap")
+            label="no-overlap estimate (buckets x latency + wire)")
+    ax.plot(rows["bucket_cap_mb"], rows["overlap_pred_ms"], ":", color=PALETTE[2], label="ideal-overlap estimate")
     for _, r in rows.iterrows():
         ax.annotate(f"{int(r['buckets'])} bucket(s)", (r["bucket_cap_mb"], r["measured_ms"]),
                     textcoords="offset points", xytext=(4, 6), fontsize=8)
