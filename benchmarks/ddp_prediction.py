@@ -6,13 +6,13 @@ For each model size: the one-rank step (one thread), then on 2 gloo ranks (one t
 DDP step and the no-overlap step. From the one-rank step and the all-reduce read off the measured
 sweep at each DDP bucket's size (`data_parallel.bucket_comm_ms`, log-log interpolation of the
 curve; not one alpha-beta line, which misses gloo's bandwidth falling beyond the caches) it
-predicts the no-overlap bound (compute + all-reduce) and the ideal-overlap bound
+predicts the no-overlap estimate (compute + all-reduce) and the ideal-overlap estimate
 (forward + max(backward, all-reduce) + optimizer), and prints, per size and as medians over the
 sizes, |predicted - measured| / measured; also the all-reduce alone against the curve and
 against the fitted line, and the wait for the slowest rank that the no-overlap step measures
-apart (no bound includes it).
+apart (neither estimate includes it).
 
-Targets: the measured DDP step lies between the two bounds, and the no-overlap prediction is
+Targets: the measured DDP step lies between the two estimates, and the no-overlap prediction is
 within 25 % of the measured no-overlap step for the largest models (the two largest sizes).
 On CPU ranks backward and gloo's threads share the cores, so the first target can fail for a
 reason notebook 10 measures (`data_parallel.contention_worker`); on a GPU route it should hold.
@@ -102,15 +102,15 @@ def main(argv=None) -> int:
     largest = rows.nlargest(2, "gradient_MiB")
     between = int(rows["ddp_between"].sum())
     print(f"median |pred - meas| / meas over {len(rows)} sizes:")
-    print(f"  no-overlap bound vs no-overlap step: {med_no:.1%}")
-    print(f"  no-overlap bound vs DDP step:        {med_no_ddp:.1%}")
-    print(f"  overlap bound vs DDP step:           {med_ov:.1%}")
+    print(f"  no-overlap estimate vs no-overlap step: {med_no:.1%}")
+    print(f"  no-overlap estimate vs DDP step:     {med_no_ddp:.1%}")
+    print(f"  overlap estimate vs DDP step:        {med_ov:.1%}")
     print(f"  all-reduce alone vs measured curve:  {med_comm:.1%}")
     print(f"  all-reduce alone vs one fitted line: {med_line:.1%}")
     print(f"  no-overlap error, two largest models: {', '.join(f'{e:.1%}' for e in largest['err_no_overlap'])}")
     ok_between = between == len(rows)
     ok_largest = bool((largest["err_no_overlap"] <= TARGET_ERROR).all())
-    print(f"{'PASS' if ok_between else 'FAIL'}: DDP step between the bounds for {between} of {len(rows)} sizes")
+    print(f"{'PASS' if ok_between else 'FAIL'}: DDP step between the estimates for {between} of {len(rows)} sizes")
     print(f"{'PASS' if ok_largest else 'FAIL'}: no-overlap prediction within {TARGET_ERROR:.0%} for the largest models")
     print(f"({time.perf_counter() - started:.0f} s)")
     return 0
