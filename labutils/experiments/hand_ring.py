@@ -151,4 +151,5 @@ def ratio_sentence(frame: pd.DataFrame, rel_tol: float = 0.1) -> str:
             groups.append((kind, [size]))
     said = "; ".join(f"{kind} at {format_size(g[0])}" + (f" to {format_size(g[-1])}" if len(g) > 1 else "")
                      for kind, g in groups)
-    return f"Hand ring time over the library's all_reduce time: {listed}. The hand ring was {said}."
+    library = f"{rows['backend'].iloc[0]}'s" if "backend" in rows else "the library's"
+    return f"Hand ring time over {library} all_reduce time: {listed}. The hand ring was {said}."

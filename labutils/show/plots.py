@@ -95,7 +95,7 @@ def sweep_fit(table, fit, ax=None, title: str = "All-reduce time: measured and t
     left, right = ax
     held = table["held_out"] if "held_out" in table else np.zeros(len(table), dtype=bool)
     left.plot(table["size_bytes"], table["predicted_us"], color=PALETTE[1],
-              label=f"model: \u03b1={fit.alpha_us:.3g} \u00b5s, busbw={fit.busbw_GBps:.3g} GB/s")
+              label=f"fit on the blue sizes: \u03b1={fit.alpha_us:.3g} \u00b5s, busbw={fit.busbw_GBps:.3g} GB/s")
     left.scatter(table["size_bytes"][~held], table["measured_us"][~held], color=PALETTE[0], s=18, label="fitted sizes")
     left.scatter(table["size_bytes"][held], table["measured_us"][held], facecolors="none", edgecolors=PALETTE[3],
                  s=30, label="held-out sizes")
