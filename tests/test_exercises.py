@@ -77,11 +77,11 @@ CASES = {
     "ring_latency_ranks": (check_ring_latency_ranks, dict(alpha_step_us=5.0, limit_us=100.0), 12, [12.0, "12"],
                            [(11, "exactly 100"), (16, "power of two"), (8, "not yet above"), (22, "one phase"),
                             (21, "N steps")]),
-    "ring_bytes": (check_ring_bytes, dict(size_bytes=1e8, world_size=8), 1.75e8, [1.8e8, "1.75e8"],
-                   [(0.875e8, "one phase"), (1.25e7, "one chunk"), (2e8, "limit"), (7e8, "naive"),
-                    (175, "megabytes"), (1e8, "buffer once")]),
-    "ring_steps": (check_ring_steps, dict(world_size=8), 14, [14.0, "14"],
-                   [(7, "one phase"), (6, "tree"), (8, "one step per rank"), (16, "N steps per phase")]),
+    "ring_bytes": (check_ring_bytes, dict(size_bytes=1e8, world_size=12), 22 / 12 * 1e8, [1.8e8, "1.83e8"],
+                   [(11 / 12 * 1e8, "one phase"), (1e8 / 12, "one chunk"), (2e8, "limit"), (11e8, "naive"),
+                    (22 / 12 * 100, "megabytes"), (1e8, "buffer once")]),
+    "ring_steps": (check_ring_steps, dict(world_size=12), 22, [22.0, "22"],
+                   [(11, "one phase"), (8, "tree"), (12, "one step per rank"), (24, "N steps per phase")]),
     "break_even": (check_break_even, dict(eta=0.8, Q=1, latency_ms=0.03, volume_bytes=8_000_000,
                                             bandwidth_GBps=10.0),
                    0.83 / 0.375, [2.2, "2.2", 2.21], [(0.83, "that is H"), (0.83 * 0.375, "multiplied H"),
@@ -421,6 +421,7 @@ def test_graders_answer_cases_they_cannot_grade():
     assert "sound" not in check_pair_choice("two_gpu_sys", (0, 1), math.nan)
 
 
+<<<<<<< HEAD
 # --- notebook 03: which way a connection of an NCCL log went ------------------------------------------
 
 NCCL_SAMPLES = DATA_DIR / "nccl_debug"
@@ -456,3 +457,17 @@ def test_check_path_bad_answers_get_one_sentence(bad):
 def test_check_path_cannot_grade_a_missing_log_or_connection(tmp_path):
     assert "cannot be graded" in exercises_transports.check_path("direct", tmp_path / "none.log", 0, 1)
     assert "no connection 5 -> 6" in exercises_transports.check_path("direct", NCCL_SAMPLES / "shm_2gpu_sys.log", 5, 6)
+=======
+def test_the_ring_exercises_ask_for_an_n_that_no_cell_above_prints():
+    """04's tables print the steps and bytes at the N they list: the exercises ask for another N."""
+    import json
+
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "04_ring_by_hand.ipynb"
+    code = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+    asked = {int(n) for n in re.findall(r"check_ring_(?:steps|bytes)\(.*world_size=(\d+)", "\n".join(code))}
+    printed = {4}  # the drawing's ring
+    for listing in re.findall(r"(?:bytes_table\(\(|ns = np\.array\(\[)([\d, ]+)", "\n".join(code)):
+        printed |= {int(x) for x in listing.split(",") if x.strip()}
+    assert asked == {12} and {2, 3, 8, 16, 64, 128} <= printed
+    assert not asked & printed
+>>>>>>> nb0405

@@ -19,9 +19,12 @@ from labutils.model.fit import (
     article_table,
     crossover_bytes,
     fit_alpha_beta,
+    heldout_errors,
+    heldout_sentence,
     heldout_table,
     interpolate_time_us,
     latency_term_us,
+    split_largest,
 )
 from labutils.readers.nccl_tests import parse_nccl_tests
 
@@ -211,3 +214,55 @@ def test_interpolation_extrapolates_carefully_and_says_so(synthetic_sweep, true_
     assert "outside the measured" in reading.note() and "512" in reading.note()
     with pytest.raises(LabInputError, match="size_bytes"):
         interpolate_time_us(sweep, [0])
+
+
+# --- the two held-out checks: interpolation and extrapolation -------------------------------------
+
+def _bent_sweep(slower_above_bytes=2**24, factor=1.3):
+    """A link whose bandwidth drops by `factor` above a size: one line fits between sizes, not past them."""
+    frame = _sweep(20.0, 5.0)
+    big = frame["size_bytes"] > slower_above_bytes
+    frame.loc[big, "time_us"] = 20.0 + frame.loc[big, "size_bytes"] * factor / 5e3
+    return frame
+
+
+def test_the_largest_sizes_are_held_out_for_the_extrapolation_check():
+    frame = _sweep(20.0, 5.0)
+    train, held = split_largest(frame)
+    assert held["size_bytes"].tolist() == [2**25, 2**26] and train["size_bytes"].max() == 2**24
+    train, held = split_largest(frame.iloc[:3])
+    assert len(train) == 2 and len(held) == 1  # two sizes always remain to fit
+    part, table = heldout_table(frame, held="largest")
+    assert table["held_out"].sum() == 2 and heldout_errors(table)[0] < 1e-9
+    with pytest.raises(LabInputError, match="held"):
+        heldout_table(frame, held="random")
+
+
+def test_interpolation_and_extrapolation_errors_differ_on_a_bending_link():
+    frame = _bent_sweep()
+    inside, beyond = heldout_table(frame)[1], heldout_table(frame, held="largest")[1]
+    (i_med, _), (b_med, b_max) = heldout_errors(inside), heldout_errors(beyond)
+    assert b_max >= b_med
+    assert b_med > 2 * i_med and 0.2 < b_med < 0.25  # 1 - 1/1.3 = 23 %
+    said = heldout_sentence(inside, beyond, 200e6)
+    assert f"median error {i_med:.1%}" in said and f"median error {b_med:.1%}" in said
+    assert f"{b_med / i_med:.2g} times the interpolation's" in said
+    assert "a fit up to 16M predicting 32M and 64M, up to 4x past it" in said
+    assert "200 MB is 3x the largest measured size (64M): its prediction is an extrapolation" in said
+    assert "or more" not in said  # 3x past the sweep is within the check's 4x
+    assert "further past the sweep than the check did (4x)" in heldout_sentence(inside, beyond, 1e9)
+    assert "inside the measured range" in heldout_sentence(inside, beyond, 1e6)
+    assert "interpolation error" in heldout_sentence(inside, beyond, 1e6)
+    assert "below the smallest measured size" in heldout_sentence(inside, beyond, 100)
+
+
+def test_heldout_sentence_says_smaller_and_the_same_from_the_numbers():
+    frame = _bent_sweep()
+    inside, beyond = heldout_table(frame)[1], heldout_table(frame, held="largest")[1]
+    calm = beyond.assign(rel_error=heldout_errors(inside)[0] * 0.3)
+    assert "0.3 times the interpolation's" in heldout_sentence(inside, calm, 200e6)
+    same = beyond.assign(rel_error=heldout_errors(inside)[0] * 1.05)
+    assert "about the same as the interpolation's" in heldout_sentence(inside, same, 200e6)
+    none = inside.assign(held_out=False)
+    assert heldout_sentence(none, beyond, 200e6).startswith("Too few sizes")
+    assert all(math.isnan(e) for e in heldout_errors(none))

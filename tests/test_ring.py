@@ -153,3 +153,38 @@ def test_table_lists_every_message_with_the_numbers_sent():
         0, 1, 0, "1", "11")
     gathered = table[table["phase"] == "all-gather"]
     assert (gathered["sent"] == gathered["receiver's chunk after"]).all()
+
+
+def test_bytes_sentence_says_more_the_same_or_less_from_the_numbers():
+    table = ring.ring_vs_tree_table((2, 4, 128), size_bytes=64e6)
+    said = ring.bytes_sentence(table)
+    assert "1.00 at N = 2, 1.33 at N = 4, 1.01 at N = 128" in said
+    assert "as much as the ring at N = 2; more than the ring at N = 4 to 128" in said
+    assert "2.00 at N = 4" in ring.bytes_sentence(table, "tree")
+    fewer = table.assign(**{"double_tree sent/size": table["ring sent/size"] * [1.0, 0.5, 0.5]})
+    assert "as much as the ring at N = 2; less than the ring at N = 4 to 128" in ring.bytes_sentence(fewer)
+    with pytest.raises(LabInputError, match="algorithm"):
+        ring.bytes_sentence(table, "ring")
+
+
+def test_fastest_sentence_names_the_winner_per_n_and_the_ties():
+    large = ring.fastest_sentence(ring.ring_vs_tree_table(size_bytes=64e6), 64e6)
+    assert large == ("In this model, a 64 MB all-reduce: at N = 2 all three take the same time; at N = 4 to 16 "
+                     "the ring is the fastest; at N = 32 to 128 the double binary tree is the fastest.")
+    small = ring.fastest_sentence(ring.ring_vs_tree_table((2, 8), size_bytes=1e3), 1e3)
+    assert "at N = 8 the plain binary tree and the double binary tree tie as the fastest" in small
+    assert "a 1 kB all-reduce" in small and ring.decimal_size(512) == "512 bytes"
+    assert ring.times_words(2.0, 1.5) == "1.33x" and ring.times_words(1.0, 1.004) == "the same as"
+
+
+def test_ratio_sentence_says_slower_as_fast_or_faster_from_the_ratios():
+    import pandas as pd
+
+    frame = pd.DataFrame({"size_bytes": [16 << 20, 4096, 65536, 1 << 20], "ratio": [0.8, 3.1, 1.5, 1.05]})
+    said = hand_ring.ratio_sentence(frame)
+    assert said == ("Hand ring time over the library's all_reduce time: 3.10 at 4K, 1.50 at 64K, 1.05 at 1M, "
+                    "0.80 at 16M. The hand ring was slower at 4K to 64K; about as fast (within 10%) at 1M; "
+                    "faster at 16M.")
+    tie = hand_ring.ratio_sentence(pd.DataFrame({"size_bytes": [4096], "ratio": [0.95], "backend": "gloo"}))
+    assert tie.startswith("Hand ring time over gloo's all_reduce time: 0.95 at 4K.")
+    assert tie.endswith("The hand ring was about as fast (within 10%) at 4K.")

@@ -16,7 +16,7 @@ from labutils.model.ring import ring_bytes_per_rank
 
 
 def check_ratio_prediction(predicted, measured: float, what: str = "hand ring time / gloo all_reduce time") -> str:
-    """Notebook 03: the predicted ratio hand ring / gloo all_reduce time against the measured one."""
+    """Notebook 04: the predicted ratio hand ring / gloo all_reduce time against the measured one."""
     why = ("Hint: the library's all-reduce is the same ring (or a smarter algorithm) in C++, without a Python call "
            "per step: small messages pay the per-step overhead 2(N-1) times in the hand ring, large ones are "
            "limited by the same bytes on the same links.")
@@ -24,7 +24,7 @@ def check_ratio_prediction(predicted, measured: float, what: str = "hand ring ti
 
 
 def check_ring_bytes(answer_bytes, size_bytes: float = 1e8, world_size: int = 8) -> str:
-    """Notebook 03: bytes each rank sends in a ring all-reduce, 2(N-1)/N x size."""
+    """Notebook 04: bytes each rank sends in a ring all-reduce, 2(N-1)/N x size."""
     n = int(world_size)
     right = float(ring_bytes_per_rank(size_bytes, n))
     slips = [((n - 1) / n * size_bytes, "that is one phase only; the all-gather sends as much again."),
@@ -37,7 +37,7 @@ def check_ring_bytes(answer_bytes, size_bytes: float = 1e8, world_size: int = 8)
 
 
 def check_ring_steps(answer_steps, world_size: int = 8) -> str:
-    """Notebook 03: the point-to-point steps in a row of a ring all-reduce, 2(N-1) (exact)."""
+    """Notebook 04: the point-to-point steps in a row of a ring all-reduce, 2(N-1) (exact)."""
     n = int(world_size)
     answer, hint = read_whole(answer_steps, "steps")
     if answer is None:
@@ -60,7 +60,7 @@ def check_ring_steps(answer_steps, world_size: int = 8) -> str:
 
 
 def check_allreduce_prediction(answer_ms, size_bytes: float, world_size: int, busbw_GBps: float) -> str:
-    """Notebook 04: the bandwidth-only all-reduce time 2(N-1)/N x bytes / busbw, in ms.
+    """Notebook 05: the bandwidth-only all-reduce time 2(N-1)/N x bytes / busbw, in ms.
 
     Slips: the factor left out, one phase ((N-1)/N), the answer in s or us, busbw read as Gb/s
     or GiB/s, the factor's limit 2."""
@@ -93,9 +93,9 @@ def ring_latency_ranks(alpha_step_us: float = 5.0, limit_us: float = 100.0, algo
 
 def check_ring_latency_ranks(answer, alpha_step_us: float = 5.0, limit_us: float = 100.0,
                              table_ns=(2, 4, 8, 16, 32, 64, 128)) -> str:
-    """Notebook 04: the smallest whole N (any N, not only the table's) at which a ring's latency term
-    2(N-1) x alpha_step is more than `limit_us`. Slips: "at least" for "more than", the table's
-    rows, one phase, N steps, the tree."""
+    """Notebook 05: the smallest whole N (any N, not only the powers of two of 04's table) at which a
+    ring's latency term 2(N-1) x alpha_step is more than `limit_us`. Slips: "at least" for "more than", the table's
+    powers of two, one phase, N steps, the tree."""
     value, hint = read_whole(answer, "ranks", low=1)
     if value is None:
         return hint
@@ -111,8 +111,8 @@ def check_ring_latency_ranks(answer, alpha_step_us: float = 5.0, limit_us: float
         slips[right - 1] = (f"at N = {right - 1} the term is exactly {limit_us:g} us; the question asks for more "
                             "than that.")
     if above:
-        slips.setdefault(above[0], f"{above[0]} is the first row of the table above {limit_us:g} us, but N need not "
-                                   "be a power of two: solve 2(N-1) x alpha_step > limit for a whole N.")
+        slips.setdefault(above[0], f"{above[0]} is the first power of two above {limit_us:g} us (notebook 04's table), "
+                                   "but N need not be one: solve 2(N-1) x alpha_step > limit for a whole N.")
     if below:
         slips.setdefault(below[-1], f"at N = {below[-1]} the term is {latency_term_us(below[-1], alpha_step_us):g} "
                                     f"us, not yet above {limit_us:g}.")

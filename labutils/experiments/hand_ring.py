@@ -3,7 +3,8 @@ torch.distributed point-to-point `isend`/`recv` on N ranks (gloo on the CPU), ch
 element against `dist.all_reduce` on the same data and timed against it.
 
 `hand_ring_all_reduce` is the algorithm in a dozen lines; `ring_worker` runs in each rank;
-`run_hand_ring` launches the ranks and returns one row per size.
+`run_hand_ring` launches the ranks and returns one row per size; `ratio_sentence` says what the
+timed rows show.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from labutils.core.busbw import bandwidths_GBps, canonical_dtype, element_bytes, layout
+from labutils.core.busbw import bandwidths_GBps, canonical_dtype, element_bytes, format_size, layout
 from labutils.core.inputs import check_int, check_range
 from labutils.measure.buffers import expected, fill
 from labutils.measure.harness import warmup_iters
@@ -132,3 +133,23 @@ def run_hand_ring(sizes=(4096, 262144, 4 << 20), nproc: int = 4, dtype: str = "f
             frame[f"{name}_busbw_GBps"] = [bandwidths_GBps("all_reduce", s, t, nproc)[1]
                                            for s, t in zip(frame["size_bytes"], frame[f"{name}_us"])]
     return frame
+
+
+def ratio_sentence(frame: pd.DataFrame, rel_tol: float = 0.1) -> str:
+    """What the timed rows of `run_hand_ring` show, from their numbers: the ratio hand ring / library
+    time at each size, then at which sizes the hand ring was slower, about as fast (within
+    `rel_tol`, 10 %: four processes on shared cores time no closer) or faster."""
+    rows = frame.sort_values("size_bytes")
+    listed = ", ".join(f"{r:.2f} at {format_size(s)}" for s, r in zip(rows["size_bytes"], rows["ratio"]))
+    kinds = [f"about as fast (within {rel_tol:.0%})" if abs(r - 1) <= rel_tol else ("slower" if r > 1 else "faster")
+             for r in rows["ratio"]]
+    groups = []
+    for size, kind in zip(rows["size_bytes"], kinds):
+        if groups and groups[-1][0] == kind:
+            groups[-1][1].append(size)
+        else:
+            groups.append((kind, [size]))
+    said = "; ".join(f"{kind} at {format_size(g[0])}" + (f" to {format_size(g[-1])}" if len(g) > 1 else "")
+                     for kind, g in groups)
+    library = f"{rows['backend'].iloc[0]}'s" if "backend" in rows else "the library's"
+    return f"Hand ring time over {library} all_reduce time: {listed}. The hand ring was {said}."

@@ -7,6 +7,11 @@ the second term is the article's T = 2(N-1)/N * bytes / busbw, with busbw in dec
 (1 GB/s = 1e3 bytes per microsecond). The fit weighs every size by its relative error, so the
 microsecond-scale small messages count as much as the millisecond-scale large ones.
 
+Two honest checks of a fit (`heldout_table`, `heldout_sentence`): fitted on every other size it
+predicts the sizes between (interpolation); fitted without the largest sizes it predicts them
+(extrapolation), which is what a prediction past the sweep's largest size, such as the article's
+200 MB on a sweep that stops at 64 MiB, depends on.
+
 A pure model (notebook 05): no launcher, no files. A fitted link is saved and read back by
 labutils.measure.my_link; the sweep that measures it is labutils.measure.sweep.
 """
@@ -22,7 +27,14 @@ import numpy as np
 import pandas as pd
 
 from labutils.core.busbw import bus_factor, format_size
-from labutils.core.inputs import LabInputError, as_float_array, check_broadcast, check_range, float_or_array
+from labutils.core.inputs import (
+    LabInputError,
+    as_float_array,
+    check_broadcast,
+    check_choice,
+    check_range,
+    float_or_array,
+)
 
 # The source article's example: a 200 MB gradient (decimal MB) on a link with busbw ~22 GB/s.
 ARTICLE_GRADIENT_BYTES = 200e6
@@ -178,10 +190,26 @@ def _to_fit(a: float, b: float, n_points: int, world: int, backend: str, device:
 
 
 def split_alternate(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(train, held-out): sizes sorted, every other one held out, both ends kept for training."""
+    """(train, held-out): sizes sorted, every other one held out, both ends kept for training.
+    The held-out sizes lie between fitted ones: this checks interpolation."""
     rows = frame.sort_values("size_bytes").reset_index(drop=True)
     held = [i for i in range(1, len(rows) - 1, 2)]
     return rows.drop(index=held), rows.loc[held]
+
+
+LARGEST_HELD = 2  # sizes held out above the fit: on a power-of-two sweep, up to 4x past the fit's largest
+
+
+def split_largest(frame: pd.DataFrame, count: int = LARGEST_HELD) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(train, held-out): sizes sorted, the `count` largest held out (fewer when fewer than
+    count + 2 sizes, so that two remain to fit). The held-out sizes lie past every fitted one:
+    this checks extrapolation, what a prediction beyond the sweep's largest size relies on."""
+    rows = frame.sort_values("size_bytes").reset_index(drop=True)
+    held = list(range(max(2, len(rows) - count), len(rows)))
+    return rows.drop(index=held), rows.loc[held]
+
+
+HELD_SPLITS = {"alternate": split_alternate, "largest": split_largest}
 
 
 def relative_errors(frame: pd.DataFrame, fit: LinkFit, column: str = "time_us") -> pd.DataFrame:
@@ -230,14 +258,63 @@ def fit_alpha_beta(frame: pd.DataFrame, column: str = "time_us", holdout: bool =
     return fit
 
 
-def heldout_table(frame: pd.DataFrame, column: str = "time_us") -> tuple[LinkFit, pd.DataFrame]:
-    """The fit on every other size and its predictions for all sizes, with a `held_out` flag."""
+def heldout_table(frame: pd.DataFrame, column: str = "time_us",
+                  held: str = "alternate") -> tuple[LinkFit, pd.DataFrame]:
+    """A fit on part of the sizes and its predictions for all sizes, with a `held_out` flag.
+
+    held="alternate": every other size held out (`split_alternate`, interpolation);
+    held="largest": the largest sizes held out (`split_largest`, extrapolation)."""
+    check_choice("held", held, tuple(HELD_SPLITS))
     rows = _clean_frame(frame, column)
-    train, held = split_alternate(rows)
+    train, out = HELD_SPLITS[held](rows)
     part = fit_alpha_beta(train, column, holdout=False)
     table = relative_errors(rows, part, column)
-    table["held_out"] = table["size_bytes"].isin(held["size_bytes"])
+    table["held_out"] = table["size_bytes"].isin(out["size_bytes"])
     return part, table
+
+
+def heldout_errors(table: pd.DataFrame) -> tuple[float, float]:
+    """(median, max) relative error over the held-out rows of a `heldout_table`; NaN when none."""
+    errors = table.loc[table["held_out"], "rel_error"]
+    return (float(errors.median()), float(errors.max())) if len(errors) else (math.nan, math.nan)
+
+
+def _than(a: float, b: float, rel_tol: float = 0.1) -> str:
+    """a against b: "about the same as" within `rel_tol` (10 %), else "3.2 times" / "0.4 times"."""
+    return "about the same as" if abs(a / b - 1) <= rel_tol else f"{a / b:.2g} times"
+
+
+def heldout_sentence(inside: pd.DataFrame, beyond: pd.DataFrame, predict_bytes: float) -> str:
+    """Both held-out checks and which one a prediction at `predict_bytes` depends on, from the numbers.
+
+    `inside` and `beyond` are `heldout_table(frame)` and `heldout_table(frame, held="largest")`.
+    A size inside the measured range is an interpolation; past the largest measured size an
+    extrapolation, and when it reaches further past the sweep than the check's held-out sizes
+    past their fit, the sentence says the check understates it; below the smallest, the check
+    (which extrapolates upwards) does not cover it."""
+    (i_med, i_max), (b_med, b_max) = heldout_errors(inside), heldout_errors(beyond)
+    if math.isnan(i_med) or math.isnan(b_med):
+        return "Too few sizes to hold any out: measure more sizes to check the fit."
+    fitted_top = float(beyond.loc[~beyond["held_out"], "size_bytes"].max())
+    held = beyond.loc[beyond["held_out"], "size_bytes"]
+    low, top = float(inside["size_bytes"].min()), float(inside["size_bytes"].max())
+    reach = float(held.max()) / fitted_top
+    text = (f"Interpolation (every other size left out of the fit): median error {i_med:.1%}, worst {i_max:.1%}. "
+            f"Extrapolation (a fit up to {format_size(fitted_top)} predicting "
+            f"{' and '.join(format_size(s) for s in held)}, up to {reach:.2g}x past it): median error {b_med:.1%}, "
+            f"worst {b_max:.1%}, {_than(b_med, i_med) if i_med > 0 else 'against none for'} the interpolation's. ")
+    where = f"{predict_bytes / 1e6:g} MB"
+    if predict_bytes > top * (1 + EDGE_SLACK):
+        past = predict_bytes / top
+        text += (f"{where} is {past:.2g}x the largest measured size ({format_size(top)}): its prediction is an "
+                 f"extrapolation, so the extrapolation error ({b_med:.1%}) is the one to expect")
+        return text + (f", or more: it reaches further past the sweep than the check did ({reach:.2g}x)."
+                       if past > reach * (1 + EDGE_SLACK) else ".")
+    if predict_bytes < low / (1 + EDGE_SLACK):
+        return text + (f"{where} is below the smallest measured size ({format_size(low)}): neither check covers "
+                       "it (the time there is about alpha).")
+    return text + (f"{where} lies inside the measured range ({format_size(low)} to {format_size(top)}): its "
+                   f"prediction interpolates, so the interpolation error ({i_med:.1%}) is the one to expect.")
 
 
 # --- the measured curve, interpolated -------------------------------------------------------------

@@ -13,9 +13,14 @@ Reading order:
    each rank moves by the time gives busbw, a per-link rate comparable across N.
 3. ring against tree: the α–β model. A ring is 2(N−1) steps in a row (N−1 each way), a binary
    tree about 2·log2 N (up, then down). The bandwidth term counts the bytes the busiest rank
-   sends, from explicitly built trees: NCCL's *double* binary tree moves about 2·size per rank,
-   the same as the ring, while a plain binary tree's inner ranks send 3·size (one copy up, two
-   down). NCCL builds its trees across nodes; inside a node its ranks form a chain.
+   sends, from explicitly built trees: NCCL's *double* binary tree moves 2·size per rank (each
+   rank is inner in one tree, 3 · size/2, and a leaf in the other, size/2), against the ring's
+   2(N−1)/N · size: 1.33x the ring's bytes at N = 4, the two meeting only as N grows (NCCL's
+   tuning model, src/graph/tuning.cc, likewise converts a tree's bus bandwidth to algorithm
+   bandwidth with a factor 1/2, the ring's with N / 2(N−1)). A plain binary tree's inner ranks
+   send 3·size (one copy up, two down). NCCL builds its trees across nodes; inside a node its
+   ranks form a chain. `bytes_sentence` and `fastest_sentence` say what a table shows, from its
+   numbers.
 4. the real thing (`labutils.experiments.hand_ring`: `hand_ring_all_reduce`, `run_hand_ring`): the same algorithm
    with torch.distributed point-to-point `isend`/`recv` on N ranks (gloo on the CPU), checked
    element by element against `dist.all_reduce` on the same data and timed against it.
@@ -307,7 +312,8 @@ def bytes_sent_per_rank(algorithm: str, size_bytes: float, world_size: int) -> n
     ring: 2(N−1)/N · size for every rank. tree (one plain binary tree, reduce up then broadcast
     down, the whole buffer on every edge): size up to the parent plus size down to each child,
     so inner ranks send up to 3·size. double_tree (NCCL's: half the buffer on each of two
-    complementary trees): about 2·size for every rank, like the ring.
+    complementary trees): 2·size for the busiest rank from N = 4 (size at N = 2, where it ties
+    with the ring), more than the ring's 2(N−1)/N · size at every N > 2.
     """
     check_choice("algorithm", algorithm, ALGORITHMS)
     n = _whole("world_size", world_size, 1)
@@ -365,3 +371,68 @@ def ring_vs_tree_table(world_sizes=(2, 4, 8, 16, 32, 64, 128), size_bytes: float
             row[f"{algo} time_us"] = allreduce_model_us(algo, size_bytes, n, alpha_step_us, link_GBps)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# --- 3b. what the table shows, said from its numbers ---------------------------------------------
+
+NAMES = {"ring": "the ring", "tree": "the plain binary tree", "double_tree": "the double binary tree"}
+
+
+def times_words(a: float, b: float, rel_tol: float = 0.005) -> str:
+    """a against b in words: "the same as" within `rel_tol`, else "1.33x" (a / b, 2 decimals)."""
+    return "the same as" if abs(a / b - 1) <= rel_tol else f"{a / b:.2f}x"
+
+
+def _ranges(ns: list[int]) -> str:
+    """[2, 4, 8, 16] -> "N = 2 to 16" (consecutive rows of the table), [4] -> "N = 4"."""
+    return f"N = {ns[0]}" if len(ns) == 1 else f"N = {ns[0]} to {ns[-1]}"
+
+
+def _groups(ns, keys) -> list[tuple[object, list[int]]]:
+    """Consecutive rows with the same key: [(key, [N, ...]), ...]."""
+    out = []
+    for n, key in zip(ns, keys):
+        if out and out[-1][0] == key:
+            out[-1][1].append(int(n))
+        else:
+            out.append((key, [int(n)]))
+    return out
+
+
+def decimal_size(size_bytes: float) -> str:
+    """64e6 -> "64 MB", 1e3 -> "1 kB", 512 -> "512 bytes" (decimal units, as nccl-tests' sizes)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:.3g} {unit}"
+    return f"{size_bytes:.3g} bytes"
+
+
+def bytes_sentence(table: pd.DataFrame, algorithm: str = "double_tree", rel_tol: float = 0.005) -> str:
+    """What the `sent/size` rows of `ring_vs_tree_table` show for `algorithm` against the ring, from
+    the numbers: its busiest rank's bytes over the ring's at each N, then at which N it sends more,
+    the same (within `rel_tol`) or less."""
+    check_choice("algorithm", algorithm, ("tree", "double_tree"))
+    ns, ring_share, other = table["N"].tolist(), table["ring sent/size"], table[f"{algorithm} sent/size"]
+    listed = ", ".join(f"{o / r:.2f} at N = {n}" for o, r, n in zip(other, ring_share, ns))
+    kinds = ["as much as" if times_words(o, r, rel_tol) == "the same as" else ("more than" if o > r else "less than")
+             for o, r in zip(other, ring_share)]
+    said = "; ".join(f"{kind} the ring at {_ranges(group)}" for kind, group in _groups(ns, kinds))
+    return (f"Bytes the busiest rank sends, {NAMES[algorithm]} over the ring: {listed}. "
+            f"{NAMES[algorithm].capitalize()} sends {said}.")
+
+
+def fastest_sentence(table: pd.DataFrame, size_bytes: float, rel_tol: float = 0.005) -> str:
+    """Which algorithm the α–β model of `ring_vs_tree_table` finds fastest at each N, from the
+    `time_us` rows; algorithms within `rel_tol` of the fastest tie. Consecutive N with the same
+    answer are joined ("N = 2 to 16")."""
+    winners = []
+    for _, row in table.iterrows():
+        best = min(row[f"{a} time_us"] for a in ALGORITHMS)
+        winners.append(tuple(a for a in ALGORITHMS if row[f"{a} time_us"] <= best * (1 + rel_tol)))
+    parts = []
+    for names, group in _groups(table["N"].tolist(), winners):
+        who = [NAMES[a] for a in names]
+        parts.append(f"at {_ranges(group)} {who[0]} is the fastest" if len(who) == 1 else
+                     f"at {_ranges(group)} all three take the same time" if len(who) == len(ALGORITHMS) else
+                     f"at {_ranges(group)} {' and '.join(who)} tie as the fastest")
+    return f"In this model, a {decimal_size(size_bytes)} all-reduce: {'; '.join(parts)}."

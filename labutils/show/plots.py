@@ -2,7 +2,7 @@
 colours that read on light and dark themes. Arithmetic never lives here.
 
 Here: the look (`apply_style`, `new_figure`, `bytes_axis`, `PALETTE`) and the all-reduce figures of
-notebooks 02-04 (busbw against size, the alpha-beta fit, the latency terms). Each other chapter draws
+notebooks 02, 04 and 05 (busbw against size, the alpha-beta fit, the latency terms). Each other chapter draws
 in its own module: `topology_plots` (01), `ring_draw` (04), `tp_plots` (06, 09), `budget_plots` (08),
 `ddp_plots` (10), `timeline_view` (09, 10); `budget_plots` and `ddp_plots` hold their chapter's
 dashboard too, on the pattern of `dashboard`.
@@ -83,28 +83,45 @@ def sweep_busbw(frames: dict, references=(), crossover_bytes: float | None = Non
     return ax
 
 
-def sweep_fit(table, fit, ax=None, title: str = "All-reduce time: measured and the \u03b1\u2013\u03b2 model"):
-    """Measured time (dots; held-out sizes hollow) and the fitted line, log-log, plus relative error."""
+def sweep_fit(table, fit, ax=None, title: str = "All-reduce time: measured and the \u03b1\u2013\u03b2 model",
+              beyond=None):
+    """Measured time (dots; held-out sizes hollow) and the fitted line, log-log, plus relative error.
+
+    `table`, `fit` come from `heldout_table(frame)` (every other size held out); `beyond`, when
+    given, is `heldout_table(frame, held="largest")`: its line is drawn dashed and the errors of
+    its held-out (largest) sizes are a second bar beside the first."""
     if ax is None:
         _, ax = new_figure(1, 2, figsize=(11, 4.2))
     left, right = ax
     held = table["held_out"] if "held_out" in table else np.zeros(len(table), dtype=bool)
     left.plot(table["size_bytes"], table["predicted_us"], color=PALETTE[1],
-              label=f"model: \u03b1={fit.alpha_us:.3g} \u00b5s, busbw={fit.busbw_GBps:.3g} GB/s")
+              label=f"fit on the blue sizes: \u03b1={fit.alpha_us:.3g} \u00b5s, busbw={fit.busbw_GBps:.3g} GB/s")
     left.scatter(table["size_bytes"][~held], table["measured_us"][~held], color=PALETTE[0], s=18, label="fitted sizes")
     left.scatter(table["size_bytes"][held], table["measured_us"][held], facecolors="none", edgecolors=PALETTE[3],
                  s=30, label="held-out sizes")
+    width = 0.8
+    if beyond is not None:
+        far, far_fit = beyond
+        left.plot(far["size_bytes"], far["predicted_us"], color=PALETTE[4], ls="--",
+                  label=f"fit without the largest sizes: busbw={far_fit.busbw_GBps:.3g} GB/s")
+        width = 0.4
+        right.bar(np.arange(len(far)) + 0.2, 100 * far["rel_error"].where(far["held_out"], 0), width=width,
+                  color=PALETTE[4], label="largest sizes, from the fit without them")
     left.set_yscale("log")
     bytes_axis(left)
     left.set_ylabel("time per all-reduce (\u00b5s)")
     left.set_title(title)
     left.legend()
-    right.bar(range(len(table)), 100 * table["rel_error"], color=[PALETTE[3] if h else PALETTE[0] for h in held])
+    shift = -0.2 if beyond is not None else 0.0
+    right.bar(np.arange(len(table)) + shift, 100 * table["rel_error"], width=width,
+              color=[PALETTE[3] if h else PALETTE[0] for h in held])
     right.set_xticks(range(len(table)))
     right.set_xticklabels([format_size(s) for s in table["size_bytes"]], rotation=90, fontsize=8)
     right.set_xlabel("message size")
     right.set_ylabel("|predicted \u2212 measured| / measured (%)")
     right.set_title("Prediction error (red: sizes the fit did not see)")
+    if beyond is not None:
+        right.legend()
     return ax
 
 
