@@ -421,7 +421,6 @@ def test_graders_answer_cases_they_cannot_grade():
     assert "sound" not in check_pair_choice("two_gpu_sys", (0, 1), math.nan)
 
 
-<<<<<<< HEAD
 # --- notebook 03: which way a connection of an NCCL log went ------------------------------------------
 
 NCCL_SAMPLES = DATA_DIR / "nccl_debug"
@@ -457,7 +456,8 @@ def test_check_path_bad_answers_get_one_sentence(bad):
 def test_check_path_cannot_grade_a_missing_log_or_connection(tmp_path):
     assert "cannot be graded" in exercises_transports.check_path("direct", tmp_path / "none.log", 0, 1)
     assert "no connection 5 -> 6" in exercises_transports.check_path("direct", NCCL_SAMPLES / "shm_2gpu_sys.log", 5, 6)
-=======
+
+
 def test_the_ring_exercises_ask_for_an_n_that_no_cell_above_prints():
     """04's tables print the steps and bytes at the N they list: the exercises ask for another N."""
     import json
@@ -470,4 +470,3 @@ def test_the_ring_exercises_ask_for_an_n_that_no_cell_above_prints():
         printed |= {int(x) for x in listing.split(",") if x.strip()}
     assert asked == {12} and {2, 3, 8, 16, 64, 128} <= printed
     assert not asked & printed
->>>>>>> nb0405

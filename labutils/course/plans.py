@@ -81,8 +81,8 @@ def notebook_plan(name: str, machine: Machine, params: dict) -> NotebookPlan:
         return NotebookPlan(name, budget, rank_sets=1, calls=2, figures=3,
                             measurements=(Measurement("hand ring", rounds, frac["hand ring"], 1, 1, 500),),
                             fixed_s=0.5)
-    if name == "05_predicting_allreduce":
-        return NotebookPlan(name, budget, rank_sets=0, calls=0, figures=3, fixed_s=0.5)
+    if name == "05_predicting_allreduce":  # the fit drawn, and the per-N prediction
+        return NotebookPlan(name, budget, rank_sets=0, calls=0, figures=2, fixed_s=0.5)
     if name == "06_tensor_parallel":
         b, h = sizing.compute_size(machine.flops_per_s)  # sized from rank 0's rate measured alone (its calls: 4)
         rounds = (sizing.layer_round_s(b, h, ("whole", "split"), rates),)
