@@ -225,7 +225,7 @@ def format_nccl_table(frame: pd.DataFrame, meta: dict | None = None) -> str:
     lines = []
     if meta.get("budget_ms") is not None:
         lines.append(f"# labutils sweep: {meta.get('backend')} on {meta.get('device')}, {meta.get('world_size')} "
-                     f"rank(s), warm-up {meta.get('warmup')}, ~{meta.get('budget_ms')} ms timed per size")
+                     f"rank(s), warm-up {meta.get('warmup')}, ~{float(meta['budget_ms']):.4g} ms timed per size")
     if meta.get("backend_reason"):
         lines.append(f"# backend: {meta['backend_reason']}")
     has_root = bool(len(frame)) and bool(frame["root"].notna().any())
