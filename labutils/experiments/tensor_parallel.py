@@ -423,7 +423,8 @@ def split_step_sentence(whole_ms: float, split_ms: float, communication_ms: floa
     faster = _ratio_words(speedup, "faster than", "slower than", "as fast as")
     share = communication_ms / compute_ms
     longer = _ratio_words(share, "longer than", "shorter than", "as long as")
-    return (f"The split over {nproc} ranks took {split_ms:.3f} ms, the whole layer {whole_ms:.3f} ms: "
+    return (f"The split over {nproc} ranks took {split_ms:.3f} ms, the whole layer {whole_ms:.3f} ms (each step "
+            f"timed to its slower rank, median over the repetitions): "
             f"speedup {speedup:.2f}x, the split {faster} the whole. Its all-reduce took "
             f"{1e3 * communication_ms:.0f} us, {share:.2f}x its compute ({1e3 * compute_ms:.0f} us): "
             f"{longer} the compute.")
