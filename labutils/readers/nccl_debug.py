@@ -34,7 +34,7 @@ through a CPU's host bridge), PATH_SYS on x86 AMD CPUs when the system holds at 
 whatever NCCL_P2P_LEVEL says when it is set (NCCL_P2P_DISABLE=1 means LOC). A pair within the level
 must also have NVML report P2P read and write as OK (on NVLink a refusal is an error), then
 `ncclTopoCheckNet` may prefer the network, and `cudaDeviceCanAccessPeer` must say yes: the driver
-decides whether peer access exists at all (GeForce cards across CPU sockets, for one, get none).
+decides whether peer access exists at all (GeForce cards get none over PCIe).
 When P2P is ruled out, `shmCanConnect` accepts any two ranks on one host that share /dev/shm,
 unless NCCL_SHM_DISABLE=1: the bytes go through a buffer in host memory, still copied by NCCL's GPU
 kernels. NCCL up to 2.22 defaulted to PATH_SYS and lowered it to PXB on Intel, ARM and Zhaoxin
