@@ -182,7 +182,7 @@ def test_gpu_gloo_on_cuda_sweep_and_the_copy_ceiling():
 
 @pytest.mark.parametrize("first, second, words", [
     (23.0, 10.0, "NCCL reached 2.30x the busbw of gloo (23 against 10 GB/s)"),
-    (1.0, 4.0, "NCCL reached 0.25x the busbw of gloo: gloo was 4.00x faster (1 against 4 GB/s)"),
+    (1.0, 4.0, "NCCL reached 0.25x the busbw of gloo (1 against 4 GB/s)"),
     (5.0, 5.0, "NCCL and gloo reached the same busbw (5 against 5 GB/s)"),
     (5.001, 5.0, "NCCL and gloo reached the same busbw"),  # a ratio that prints as 1.00 is a tie
 ])

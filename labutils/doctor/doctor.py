@@ -343,8 +343,9 @@ def doctor_case(name: str) -> Diagnosis:
 
 
 def case_table(include_exercises: bool = False):
-    """One row per shipped case: what it plants, its slowest path and band, the measured figure, the
-    verdict and the first cause (a pandas DataFrame indexed by case)."""
+    """One row per shipped case: what it plants, its slowest path and band, the measured figure (to
+    three significant figures, as the band is printed), the verdict and the first cause (a pandas
+    DataFrame indexed by case)."""
     rows = []
     for c in load_cases():
         if c["name"].startswith("exercise") and not include_exercises:
@@ -352,7 +353,8 @@ def case_table(include_exercises: bool = False):
         d = doctor_case(c["name"])
         rows.append({"case": c["name"], "path": d.slowest_path["code"] if d.slowest_path else None,
                      "expected_GBps": f"{d.expected_GBps[0]:g}-{d.expected_GBps[1]:g}" if d.expected_GBps else None,
-                     "measured_GBps": d.measured_GBps, "verdict": d.verdict,
+                     "measured_GBps": None if d.measured_GBps is None else float(f"{d.measured_GBps:.3g}"),
+                     "verdict": d.verdict,
                      "first cause": d.cause_ids[0] if d.causes else None, "what it plants": c["what"]})
     return pd.DataFrame(rows).set_index("case")
 

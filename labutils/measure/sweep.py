@@ -329,8 +329,8 @@ def compare_sweeps(frames: dict) -> pd.DataFrame:
 def compare_sentence(first: str, first_GBps: float, second: str, second_GBps: float, at: str = "") -> str:
     """One sentence comparing two busbw figures (GB/s), built from them: ratio = first / second.
 
-    "first reached 2.30x the busbw of second (...)" when the ratio prints above 1.00, "first reached
-    0.43x ...: second was 2.30x faster" when below, "the same busbw" when it prints as 1.00.
+    "first reached 2.30x the busbw of second (...)", or 0.43x when below; "the same busbw" when the
+    ratio prints as 1.00 (one ratio, said once).
     `at` opens the sentence ("at 64 MiB").
     """
     ratio = first_GBps / second_GBps
@@ -338,9 +338,7 @@ def compare_sentence(first: str, first_GBps: float, second: str, second_GBps: fl
     figures = f"({first_GBps:.3g} against {second_GBps:.3g} GB/s)"
     if f"{ratio:.2f}" == "1.00":
         return f"{where}{first} and {second} reached the same busbw {figures}"
-    if ratio > 1:
-        return f"{where}{first} reached {ratio:.2f}x the busbw of {second} {figures}"
-    return f"{where}{first} reached {ratio:.2f}x the busbw of {second}: {second} was {1 / ratio:.2f}x faster {figures}"
+    return f"{where}{first} reached {ratio:.2f}x the busbw of {second} {figures}"
 
 
 def ceiling_sentence(label: str, peak_GBps: float, ceiling_GBps: float) -> str:
