@@ -60,6 +60,7 @@ MAX_NVLINKS = 64  # bonded NVLinks between two GPUs: 18 on today's largest parts
 MAX_GPUS = 64
 MAX_DEVICES = 256  # GPU and NIC columns together (a DGX H100 prints 8 GPUs and 10-12 NICs)
 _DEVICE = re.compile(r"^[A-Za-z][\w.:-]*\d$")  # GPU0, NIC3, mlx5_0: a device name ends in a digit
+_P2P_STATUS = ("OK", "CNS", "GNS", "TNS", "NS", "DR", "U")  # the codes of `nvidia-smi topo -p2p r|w|rw|n|a`
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 
 class TopologyParseError(LabInputError):
@@ -146,9 +147,13 @@ def _header(line: str, line_no: int) -> tuple[list[str], list[str]]:
     if len(devices) > MAX_DEVICES:
         raise TopologyParseError(line_no, f"the header names {len(devices)} devices, more than one machine's "
                                           f"`nvidia-smi topo -m` shows (this reader takes at most {MAX_DEVICES})")
-    bad = [d for d in devices if not _DEVICE.match(d)]
+    bad = [i for i, d in enumerate(devices) if not _DEVICE.match(d)]
+    if bad and not any(_DEVICE.match(d) for d in devices[bad[0]:]):  # words where the attributes belong
+        raise TopologyParseError(line_no, f"header column(s) {' '.join(devices[bad[0]:])!r} after the devices are "
+                                          f"not nvidia-smi's ({', '.join(ATTRIBUTES)}): renamed or cut")
     if bad:
-        raise TopologyParseError(line_no, f"header column {bad[0]!r} is not a device name")
+        raise TopologyParseError(line_no, f"header column {devices[bad[0]]!r} is not a device name (a matrix "
+                                          "abbreviated or quoted? give the output as nvidia-smi printed it)")
     if gpus != [f"GPU{i}" for i in range(len(gpus))] or devices[:len(gpus)] != gpus:
         raise TopologyParseError(line_no, f"GPU columns must come first as GPU0, GPU1, ... in order, got {gpus}")
     return devices, attrs
@@ -185,8 +190,9 @@ def parse_topology(text: str, source: str = "text") -> Topology:
             raise TopologyParseError(line_no, f"row {name} has {len(cells)} link cell(s); the header names {n} devices")
         for col, code in zip(devices, cells):
             if not _CODE.match(code):
+                p2p = " (this looks like `nvidia-smi topo -p2p` peer status, not `topo -m`)" * (code in _P2P_STATUS)
                 raise TopologyParseError(line_no, f"unknown link code {code!r} in row {name}, column {col} "
-                                                  "(expected X, NV#, PIX, PXB, PHB, NODE or SYS)")
+                                                  f"(expected X, NV#, PIX, PXB, PHB, NODE or SYS){p2p}")
             if code.startswith("NV") and not 1 <= int(code[2:]) <= MAX_NVLINKS:
                 raise TopologyParseError(line_no, f"link code {code!r} in row {name}, column {col} names "
                                                   f"{int(code[2:])} NVLinks; "
