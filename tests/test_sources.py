@@ -112,3 +112,22 @@ def test_a_few_latin1_bytes_in_a_log_are_still_text(tmp_path):
     path = tmp_path / "log.txt"
     path.write_bytes(b"host caf\xe9 NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n" * 3)
     assert read_text(path, "log").count("\ufffd") == 3
+
+
+@pytest.mark.parametrize("argv", [["nccl-transports"], ["topo", "--file"], ["doctor", "--facts"]])
+@pytest.mark.parametrize("make, words", [
+    (lambda d: "/dev/zero", "is a character device"),
+    (lambda d: (os.mkfifo(d / "fifo"), d / "fifo")[1], "is a named pipe (FIFO)"),
+    (lambda d: d, "is a directory"),
+    (lambda d: ((d / "x.bin").write_bytes(b"\x00" * 64), d / "x.bin")[1], "binary data (NUL bytes), not text"),
+    (lambda d: ((d / "x.gz").write_bytes(gzip.compress(b"GPU0")), d / "x.gz")[1], "gzip-compressed data"),
+])
+def test_every_reader_command_refuses_a_hostile_file_in_one_line(tmp_path, capsys, argv, make, words):
+    from labutils.cli import main
+
+    path = make(tmp_path)
+    start = time.perf_counter()
+    assert main([*argv, str(path)]) == 2
+    captured = capsys.readouterr()
+    assert len(captured.err.strip().splitlines()) == 1 and words in captured.err and str(path) in captured.err
+    assert time.perf_counter() - start < 5
