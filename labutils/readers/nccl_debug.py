@@ -11,7 +11,9 @@ When a communicator starts, NCCL logs one line per connection it sets up, e.g.
 "a[x] -> b[y]" the sending and receiving rank, with in brackets the device number (newer NCCL)
 or the GPU's PCI bus id in hex (older NCCL, e.g. 1a000 for 0000:1a:00.0); "[send]"/"[receive]"
 says which side logged a network connection (both sides do); "via T" is the transport, kept
-exactly as NCCL printed it. Older NCCL says "Ring" instead of "Channel".
+exactly as NCCL printed it, spaces and all ("P2P/direct pointer/read", "NET/AWS Libfabric/0/GDRDMA").
+Older NCCL says "Ring" instead of "Channel". CollNet (in-network reduction) logs one rank per line,
+"CollNet 00/0 : 3 [send] via COLLNET/SHARP/0"; it is read as a row with the other rank None.
 
 Real logs are messy: ranks interleave, launchers prefix lines (`[rank0]:`, `0: `,
 `[1,0]<stdout>:`, timestamps), warnings come in between, a line can be glued to the end of
