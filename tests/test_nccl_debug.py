@@ -1,6 +1,7 @@
 """Reading NCCL_DEBUG=INFO output: one row per connection, whatever the launcher did to the lines."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -259,3 +260,91 @@ def test_connection_lines_keep_one_channel_as_logged():
     assert not any("Channel 01" in line for line in lines)
     old = nd.connection_lines(SAMPLES / "p2p_ipc_4gpu_pcie_nccl28.log", channel=1)
     assert len(old) == 7 and all("Channel 01 :" in line for line in old)  # 4 ring + 3 tree
+
+
+# --- the corpus: layouts people pasted in public threads, recreated (data/nccl_debug/corpus/README.md) ---
+
+CORPUS = SAMPLES / "corpus"
+# file -> (connections, transports as printed, families, what the brackets hold)
+LAYOUTS = {
+    "ipc_read_socket_16ranks.log": (7, {"P2P/IPC/read", "NET/Socket/3"}, {"P2P", "NET/Socket"}, "device"),
+    "ring_bus_ids_no_host.log": (6, {"P2P/IPC", "NET/IB/1/GDRDMA"}, {"P2P", "NET/IB"}, "bus id"),
+    "channel_no_index_ib_two_hosts.log": (6, {"P2P/IPC/read", "NET/IB/0/GDRDMA"}, {"P2P", "NET/IB"}, "bus id"),
+    "shm_channel_no_index_h800.log": (4, {"SHM/direct/direct"}, {"SHM"}, "device"),
+    "direct_pointer_one_process.log": (4, {"P2P/direct pointer"}, {"P2P"}, "device"),
+    "direct_pointer_read_nvlink.log": (3, {"P2P/direct pointer/read"}, {"P2P"}, "device"),
+    "aws_libfabric_mpirun_tag_output.log": (2, {"NET/AWS Libfabric/0/GDRDMA"}, {"NET"}, "bus id"),
+    "cloudwatch_pipes_cumem_read.log": (4, {"P2P/CUMEM/read"}, {"P2P"}, "device"),
+    "cumem_without_read_ib_h20.log": (5, {"P2P/CUMEM", "NET/IB/2/GDRDMA", "NET/IB/3/GDRDMA"}, {"P2P", "NET/IB"},
+                                      "device"),
+    "k8s_pod_hostnames_cumem.log": (3, {"P2P/CUMEM"}, {"P2P"}, "device"),
+    "rccl_comm_suffix.log": (2, {"P2P/IPC", "NET/AWS Libfabric/2/GDRDMA"}, {"P2P", "NET"}, "bus id"),
+    "collnet_sharp_only.log": (4, {"COLLNET/SHARP/0/GDRDMA", "COLLNET/SHARP/1"}, {"COLLNET"}, ""),
+    "pxn_proxy_pci_shared.log": (2, {"NET/IB/2(1)/GDRDMA", "NET/IB/2/GDRDMA(PCI)/Shared"}, {"NET/IB"}, "device"),
+    "indirect_and_ce.log": (3, {"P2P/indirect/1[1]/read", "P2P/CUMEM/CE", "P2P/MNNVL/read"}, {"P2P"}, "device"),
+    "nccl24_direct_shared_memory.log": (3, {"direct shared memory", "P2P/common device"}, {"SHM", "P2P"}, "device"),
+    "torchrun_rank_prefix_markdown.log": (2, {"P2P/CUMEM/read"}, {"P2P"}, "device"),
+}
+
+
+def test_every_corpus_layout_is_tested_and_has_its_provenance():
+    readme = (CORPUS / "README.md").read_text(encoding="utf-8")
+    assert sorted(p.name for p in CORPUS.glob("*.log")) == sorted(LAYOUTS)
+    for name in LAYOUTS:
+        row = next(line for line in readme.splitlines() if line.startswith(f"| `{name}`"))
+        assert len(row.split("|")[2].strip()) > 20, f"{name}: the README names where the layout comes from"
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_each_corpus_layout_is_read_whole(name):
+    count, transports, families, at = LAYOUTS[name]
+    rows = nd.read_connections(CORPUS / name)
+    assert len(rows) == count
+    assert {r.transport for r in rows} == transports
+    assert {r.family for r in rows} == families
+    assert {r.at for r in rows if r.at} == ({at} if at else set())
+
+
+def test_a_plugin_name_with_a_space_and_the_receivers_shorter_string():
+    rows = nd.read_connections(CORPUS / "aws_libfabric_mpirun_tag_output.log")
+    assert [(r.src_rank, r.dst_rank, r.logged, r.receive_transport) for r in rows] == [
+        (0, 1, "send+receive", "NET/AWS Libfabric/0"), (1, 0, "send+receive", "NET/AWS Libfabric/0")]
+    assert nd.path_kind(rows[0].transport) == "network"
+
+
+def test_collnet_rows_have_one_rank_and_the_cli_reads_a_log_of_only_them(capsys):
+    rows = nd.read_connections(CORPUS / "collnet_sharp_only.log")
+    assert [(r.channel, r.conn, r.src_rank, r.dst_rank, r.logged) for r in rows] == [
+        (0, 0, None, 4, "receive"), (0, 0, 4, None, "send"), (1, None, None, 5, "receive"), (1, None, 5, None, "send")]
+    assert nd.summary(rows).set_index("transport").loc["COLLNET/SHARP/1", "rank pairs"] == "CollNet->5, 5->CollNet"
+    assert main(["nccl-transports", str(CORPUS / "collnet_sharp_only.log")]) == 0
+    out = capsys.readouterr().out
+    assert "4 -> CollNet" in out and "CollNet -> 4" in out and "in-network reduction" in out
+
+
+@pytest.mark.parametrize("tail, transport", [
+    ("via NET/AWS Libfabric/0", "NET/AWS Libfabric/0"), ("via P2P/direct pointer/read", "P2P/direct pointer/read"),
+    ("via NET/IB/0/GDRDMA", "NET/IB/0/GDRDMA"), ("via P2P/CUMEM/read", "P2P/CUMEM/read"),
+    ("via SHM/direct/direct", "SHM/direct/direct"), ("via SHM/direct", "SHM/direct"),
+    ("via SHM/CE/direct", "SHM/CE/direct"),
+    ("[send] via NET/IBext_v8/3/GDRDMA", "NET/IBext_v8/3/GDRDMA"), ("via NET/OFI/0", "NET/OFI/0"),
+    ("via P2P/IPC/read comm 0x5f1e2a0 nRanks 16", "P2P/IPC/read"),
+    ("via P2P/indirect/2[3d000]/read", "P2P/indirect/2[3d000]/read"),
+    ("[receive] via NET/Socket/1/Shared", "NET/Socket/1/Shared"), ("via P2P/CUMEM/read`.", "P2P/CUMEM/read"),
+])
+def test_transport_strings_as_nccl_prints_them(tail, transport):
+    (row,) = nd.parse_connections(f"h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] {tail}")
+    assert row.transport == transport
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda d: "/dev/zero", "is a character device"),
+    (lambda d: (os.mkfifo(d / "fifo"), d / "fifo")[1], "named pipe (FIFO)"),
+    (lambda d: d, "is a directory"),
+    (lambda d: ((d / "bin.log").write_bytes(b"\x00\x01" * 100), d / "bin.log")[1], "binary data"),
+])
+def test_cli_on_hostile_files_says_what_they_are(tmp_path, capsys, make, words):
+    path = make(tmp_path)
+    assert main(["nccl-transports", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and words in captured.err

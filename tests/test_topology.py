@@ -2,6 +2,8 @@
 and their expected bandwidth, the pair choice, the reports and NVML's answer without a GPU."""
 
 import itertools
+import re
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -308,3 +310,88 @@ def test_describe_without_pairs_prints_no_pick():
     assert "For a 2-GPU job" in tp.describe(topo, 4) and "GPU0-GPU1" in tp.describe(topo, 4)
     short = tp.describe(topo, 4, pairs=False)
     assert "For a 2-GPU job" not in short and "GPU0-GPU1" not in short and "NUMA node" in short
+
+
+# --- the corpus: matrices people pasted in public threads, recreated (data/topologies/corpus/README.md) ---
+
+CORPUS = tp.SAMPLES_DIR / "corpus"
+# file -> (GPUs, NICs, the codes between GPUs)
+MATRICES = {
+    "two_gpu_phb_tabs_empty_cell.txt": (2, 0, {"PHB"}),
+    "two_gpu_node_markdown_indented.txt": (2, 0, {"NODE"}),
+    "five_gpu_sys_phb_node.txt": (5, 0, {"SYS", "PHB", "NODE"}),
+    "eight_gpu_sys_pix_ten_nics.txt": (8, 10, {"SYS"}),
+    "eight_gpu_nv12_twelve_nics_dgx_a100.txt": (8, 12, {"NV12"}),
+    "four_gpu_gb200_numa_lists.txt": (4, 6, {"NV18"}),
+    "eight_gpu_b200_one_off_nvlink.txt": (8, 0, {"NV18", "NODE", "SYS"}),
+    "eight_gpu_nv8_nine_nics_no_gpu_numa_id.txt": (8, 9, {"NV8"}),
+}
+# refused layouts: file -> the words of the one line, which names the bad column or code
+REFUSED = {
+    "refused_abbreviated_dots.txt": "header column '...' is not a device name",
+    "refused_quoted_gt.txt": "header column '>>>' is not a device name",
+    "refused_renamed_columns.txt": "header column(s) 'CPU cores NUMA node' after the devices are not nvidia-smi's",
+    "refused_p2p_status_matrix.txt": "unknown link code 'GNS' in row GPU0, column GPU1",
+}
+
+
+def test_every_corpus_matrix_is_tested_and_has_its_provenance():
+    readme = (CORPUS / "README.md").read_text(encoding="utf-8")
+    assert sorted(p.name for p in CORPUS.glob("*.txt")) == sorted({**MATRICES, **REFUSED})
+    for name in {**MATRICES, **REFUSED}:
+        row = next(line for line in readme.splitlines() if line.startswith(f"| `{name}`"))
+        assert "https://" in row.split("|")[2], f"{name}: the README names the thread it comes from"
+
+
+@pytest.mark.parametrize("name", sorted(MATRICES))
+def test_each_corpus_matrix_is_read(name):
+    gpus, nics, codes = MATRICES[name]
+    topo = tp.read_topology_file(CORPUS / name)
+    assert (len(topo.gpus), len(topo.nics)) == (gpus, nics)
+    assert {p.code for p in tp.pair_paths(topo)} == codes
+    assert all(topo.cpu_affinity)
+
+
+def test_gb200_numa_lists_and_gpu_numa_ids_and_the_nic_legend():
+    topo = tp.read_topology_file(CORPUS / "four_gpu_gb200_numa_lists.txt")
+    assert topo.numa_affinity[0] == "0,2-8,10-16" and topo.gpu_numa_id == ("2", "10", "18", "26")
+    assert topo.nic_name("NIC5") == "mlx5_5"
+    dgx = tp.read_topology_file(CORPUS / "eight_gpu_nv12_twelve_nics_dgx_a100.txt")
+    assert dgx.numa_affinity == ("3", "3", "1", "1", "7", "7", "5", "5") and dgx.link("GPU0", "NIC1") == "PXB"
+
+
+def test_one_gpu_off_nvlink_is_the_bottleneck_of_the_eight():
+    topo = tp.read_topology_file(CORPUS / "eight_gpu_b200_one_off_nvlink.txt")
+    assert tp.group_bottleneck(topo, range(8)).code == "SYS"
+    assert tp.group_bottleneck(topo, [0, 1, 3, 4]).code == "NV18"
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_abbreviated_quoted_renamed_or_wrong_matrices_are_refused_naming_the_column(name, capsys):
+    from labutils.cli import main
+
+    with pytest.raises(tp.TopologyParseError, match=re.escape(REFUSED[name])):
+        tp.read_topology_file(CORPUS / name)
+    assert main(["topo", "--file", str(CORPUS / name)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and REFUSED[name] in err
+    if "p2p" in name:
+        assert "topo -p2p" in err
+
+
+def test_more_gpus_than_a_machine_holds_is_one_line_naming_the_count():
+    start = time.perf_counter()
+    with pytest.raises(tp.TopologyParseError, match="the header names 1000 GPUs, more than one machine's"):
+        tp.parse_topology(_matrix_text(1000, "SYS"))
+    assert time.perf_counter() - start < 2
+    assert tp.MAX_GPUS == 64
+
+
+def test_a_64_gpu_matrix_is_classified_quickly():
+    """Each pair's expected figure is computed once per code (the link table is not re-read per pair)."""
+    topo = tp.parse_topology(_matrix_text(64, "NV18"))
+    start = time.perf_counter()
+    assert len(tp.pair_paths(topo)) == 64 * 63 // 2
+    assert tp.describe(topo) and tp.summary(topo)["best_pair"]["code"] == "NV18"
+    assert time.perf_counter() - start < 3
+    assert tp.expected_figure("SYS", 4) is tp.expected_figure("SYS", 4)

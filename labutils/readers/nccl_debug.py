@@ -11,7 +11,9 @@ When a communicator starts, NCCL logs one line per connection it sets up, e.g.
 "a[x] -> b[y]" the sending and receiving rank, with in brackets the device number (newer NCCL)
 or the GPU's PCI bus id in hex (older NCCL, e.g. 1a000 for 0000:1a:00.0); "[send]"/"[receive]"
 says which side logged a network connection (both sides do); "via T" is the transport, kept
-exactly as NCCL printed it. Older NCCL says "Ring" instead of "Channel".
+exactly as NCCL printed it, spaces and all ("P2P/direct pointer/read", "NET/AWS Libfabric/0/GDRDMA").
+Older NCCL says "Ring" instead of "Channel". CollNet (in-network reduction) logs one rank per line,
+"CollNet 00/0 : 3 [send] via COLLNET/SHARP/0"; it is read as a row with the other rank None.
 
 Real logs are messy: ranks interleave, launchers prefix lines (`[rank0]:`, `0: `,
 `[1,0]<stdout>:`, timestamps), warnings come in between, a line can be glued to the end of
@@ -58,13 +60,30 @@ from labutils.readers.sources import read_text
 
 SAMPLES_DIR = DATA_DIR / "nccl_debug"
 
+# The transport after "via", in the forms NCCL's source prints (src/transport/*.cc, 2.4 to 2.30):
+#   P2P/IPC, P2P/CUMEM, P2P/MNNVL, P2P/direct pointer, P2P/common device (2.4-2.7), then /read and /CE;
+#   P2P/indirect/<rank>[<dev>] (through an intermediate GPU), then /read;
+#   SHM/direct/direct, SHM/CE/direct (2.12-2.27), SHM/direct (2.28+), "direct shared memory" (2.4-2.12);
+#   NET/<plugin>/<dev>[(<proxy rank>)][/GDRDMA][(PCI)][/Shared], the plugin's name as it gives it, spaces
+#   included ("IB", "Socket", "IBext_v8", "AWS Libfabric", "OFI");
+#   COLLNET/<plugin>/<dev>[/GDRDMA][(PCI)] on the one-rank CollNet lines.
+# What follows the transport (RCCL appends "comm 0x... nRanks N") is not part of it.
+_PLUGIN = r"[^/\[\]\s](?:[^/\[\]\n]{0,60}?[^/\[\]\s])?"
+_SUFFIX = r"(?:/[A-Za-z]\w{0,20}|\((?:PCI|\d{1,6})\))*"
+_TRANSPORT = (r"(?:direct shared memory"
+              r"|P2P/(?:direct pointer|common device|indirect/\d{1,6}(?:\[[0-9a-fA-F]{1,16}\])?|[A-Za-z]\w{0,20})"
+              + _SUFFIX +
+              r"|(?:NET|COLLNET)/" + _PLUGIN + r"/\d{1,4}" + _SUFFIX +
+              r"|[A-Za-z][^\s\[\]]{0,80})")
 # "Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA"; old NCCL: "Ring 00 : 0[1000] -> 1[2000] via P2P/IPC".
-# Two transports hold a space ("P2P/direct pointer" of one process driving several GPUs, and
-# NCCL 2.4's "direct shared memory"); every other one is a single token.
 _CONNECTION = re.compile(
     r"\b(?:Channel|Ring) +(\d{1,3})(?:/(\d{1,2}))? *: *(\d{1,6})(?:\[([0-9a-fA-F]{1,16})\])? *-> *"
-    r"(\d{1,6})(?:\[([0-9a-fA-F]{1,16})\])? *(?:\[(send|receive)\] *)?via +"
-    r"(P2P/direct pointer|direct shared memory|[A-Za-z][^\s\[\]]{0,80})")
+    r"(\d{1,6})(?:\[([0-9a-fA-F]{1,16})\])? *(?:\[(send|receive)\] *)?via +(" + _TRANSPORT + ")")
+# One rank's connection to CollNet (in-network reduction), no "->": "CollNet 00/0 : 3 [send] via COLLNET/SHARP/0";
+# NCCL 2.12-2.17 "CollNet 00 : 3 [send] via ...", 2.7-2.11 "Coll 00 : 3 [receive] via ...".
+_COLLNET = re.compile(r"\bColl(?:Net)? +(\d{1,3})(?:/(\d{1,2}))? *: *(\d{1,6}) *\[(send|receive)\] *via +("
+                      + _TRANSPORT + ")")
+_TRAILING = "`'\",;."  # what a pasted line carries after the transport (markdown, quotes, prose)
 # The ring order of a channel, printed once at start-up: "Channel 00/02 :    0   1   2   3".
 _RING_ORDER = re.compile(r"\b(?:Channel|Ring) +(\d{1,3})(?:/\d{1,3})? *:((?: +\d{1,6}){2,}) *$")
 
@@ -81,13 +100,15 @@ class Connection:
     and, when the receiving side printed a different transport string (another NIC), that string.
     `ring` is True when the connection joins neighbours of the channel's ring order (also logged
     at start-up), False when it does not (a tree or point-to-point connection), None when the log
-    holds no ring order for that channel.
+    holds no ring order for that channel. A CollNet row (NCCL's "CollNet 00/0 : 3 [send] via
+    COLLNET/...", one rank and the network's in-switch reduction) has `dst_rank` None on its send
+    side and `src_rank` None on its receive side, and family "COLLNET".
     """
 
     channel: int
     conn: int | None
-    src_rank: int
-    dst_rank: int
+    src_rank: int | None
+    dst_rank: int | None
     ring: bool | None
     src_at: str | None
     dst_at: str | None
@@ -146,7 +167,12 @@ _DETAILS = (("/CUMEM", "memory shared with CUDA's cuMem* API (newer NCCL)"),
             ("direct pointer", "one process drives both GPUs and uses the pointer directly"),
             ("/read", "the receiver reads from the sender's memory rather than the sender writing"),
             ("/indirect", "relayed through an intermediate GPU"),
-            ("/GDRDMA", "GPUDirect RDMA"))
+            ("/GDRDMA", "GPUDirect RDMA"),
+            ("/CE", "the copies made by the GPU's copy engines (NCCL_P2P_USE_CUDA_MEMCPY, SHM's CE)"),
+            ("/MNNVL", "NVLink between nodes (multi-node NVLink)"),
+            ("common device", "both ranks drive one GPU"),
+            ("(PCI)", "GPUDirect RDMA through a PCIe path NCCL rates lower"),
+            ("/Shared", "network buffers shared between connections"))
 
 
 _PATH_KIND = {"P2P": "direct", "SHM": "host memory", "NET/IB": "network", "NET/Socket": "network", "NET": "network",
@@ -167,9 +193,32 @@ def transport_meaning(transport: str) -> str:
     return f"{family}: {_MEANING[family]}" + (f"; here {', '.join(extra)}" if extra else "")
 
 
+COLLNET = "CollNet"  # how a CollNet row's missing rank is shown: the rank talks to the network's reduction
+
+
+def _line_matches(line: str):
+    """(channel, conn, src, src_at, dst, dst_at, side, transport) for each connection in one line; a
+    CollNet line has src (its [send] side) or dst (its [receive] side) None."""
+    for m in _CONNECTION.finditer(line):
+        *head, transport = m.groups()
+        yield (*head, transport.rstrip(_TRAILING))
+    for m in _COLLNET.finditer(line):
+        channel, conn, rank, side, transport = m.groups()
+        src, dst = (rank, None) if side == "send" else (None, rank)
+        yield channel, conn, src, None, dst, None, side, transport.rstrip(_TRAILING)
+
+
 def _matches(text: str):
     for line in text.splitlines():
-        yield from _CONNECTION.finditer(line)
+        yield from _line_matches(line)
+
+
+def _rank_key(rank: int | None) -> int:
+    return -1 if rank is None else rank
+
+
+def _rank_text(rank: int | None) -> str:
+    return COLLNET if rank is None else str(rank)
 
 
 def ring_orders(text) -> dict[int, tuple[int, ...]]:
@@ -188,7 +237,7 @@ def ring_orders(text) -> dict[int, tuple[int, ...]]:
     return {c: next(iter(orders)) for c, orders in sorted(found.items()) if len(orders) == 1}
 
 
-def _in_ring(order: tuple | None, src: int, dst: int) -> bool | None:
+def _in_ring(order: tuple | None, src: int | None, dst: int | None) -> bool | None:
     if order is None:
         return None
     return any(order[i] == src and order[(i + 1) % len(order)] == dst for i in range(len(order)))
@@ -205,9 +254,9 @@ def parse_connections(text) -> list[Connection]:
     if not isinstance(text, str):
         return []
     seen: dict[tuple, dict] = {}
-    for m in _matches(text):
-        channel, conn, src, src_at, dst, dst_at, side, transport = m.groups()
-        key = (int(channel), None if conn is None else int(conn), int(src), int(dst))
+    for channel, conn, src, src_at, dst, dst_at, side, transport in _matches(text):
+        key = (int(channel), None if conn is None else int(conn), None if src is None else int(src),
+               None if dst is None else int(dst))
         entry = seen.setdefault(key, {"send": set(), "receive": set(), "at": set()})
         entry["receive" if side == "receive" else "send"].add(transport)
         entry.setdefault("sides", set()).add(side or "")
@@ -223,7 +272,8 @@ def parse_connections(text) -> list[Connection]:
         src_at, dst_at = min(entry["at"], key=lambda pair: tuple(v or "" for v in pair))
         rows.append(Connection(channel, conn, src, dst, _in_ring(rings.get(channel), src, dst), src_at, dst_at,
                                bracket_kind(src_at, dst_at), transport, transport_family(transport), logged, receive))
-    return sorted(rows, key=lambda c: (c.channel, -1 if c.conn is None else c.conn, c.src_rank, c.dst_rank))
+    return sorted(rows, key=lambda c: (c.channel, -1 if c.conn is None else c.conn, _rank_key(c.src_rank),
+                                       _rank_key(c.dst_rank)))
 
 
 def read_connections(path) -> list[Connection]:
@@ -246,15 +296,15 @@ def connections_frame(rows: list[Connection]) -> pd.DataFrame:
 
 
 def summary(rows: list[Connection]) -> pd.DataFrame:
-    """Per transport as printed: how many connections, on how many channels, between which ranks,
-    and what it means."""
-    frame = connections_frame(rows)
+    """Per transport as printed: how many connections, on how many channels, between which ranks
+    ("3->CollNet" for a CollNet row), and what it means."""
     out = []
-    for transport, part in frame.groupby("transport", sort=True):
-        pairs = sorted({(int(a), int(b)) for a, b in zip(part["src_rank"], part["dst_rank"])})
-        out.append({"transport": transport, "family": part["family"].iloc[0], "connections": len(part),
-                    "channels": part["channel"].nunique(),
-                    "rank pairs": ", ".join(f"{a}->{b}" for a, b in pairs),
+    for transport in sorted({r.transport for r in rows}):
+        part = [r for r in rows if r.transport == transport]
+        pairs = sorted({(r.src_rank, r.dst_rank) for r in part}, key=lambda p: (_rank_key(p[0]), _rank_key(p[1])))
+        out.append({"transport": transport, "family": part[0].family, "connections": len(part),
+                    "channels": len({r.channel for r in part}),
+                    "rank pairs": ", ".join(f"{_rank_text(a)}->{_rank_text(b)}" for a, b in pairs),
                     "meaning": transport_meaning(transport)})
     return pd.DataFrame(out, columns=["transport", "family", "connections", "channels", "rank pairs", "meaning"])
 
@@ -262,7 +312,7 @@ def summary(rows: list[Connection]) -> pd.DataFrame:
 def connection_lines(path, channel: int = 0) -> list[str]:
     """The lines of a log file that set up a connection on `channel`, as logged (prefixes kept), each once."""
     lines = read_text(path, "LOG", "; give the log file written with NCCL_DEBUG=INFO").splitlines()
-    found = [line.rstrip() for line in lines if any(int(m.group(1)) == channel for m in _CONNECTION.finditer(line))]
+    found = [line.rstrip() for line in lines if any(int(m[0]) == channel for m in _line_matches(line))]
     return list(dict.fromkeys(found))
 
 
@@ -354,18 +404,19 @@ def settings_table() -> pd.DataFrame:
 def format_rows(rows: list[Connection]) -> str:
     """The readable report of `python -m labutils nccl-transports LOG`."""
     width = max(len(r.transport) for r in rows)
-    lines = [f"{'channel':>7} {'conn':>4}  {'src':>4} -> {'dst':<4} {'ring':<4}  {'transport':<{width}}  logged"]
+    lines = [f"{'channel':>7} {'conn':>4}  {'src':>7} -> {'dst':<7} {'ring':<4}  {'transport':<{width}}  logged"]
     for r in rows:
         conn = "-" if r.conn is None else str(r.conn)
         ring = "?" if r.ring is None else "yes" if r.ring else "no"
         extra = f" (receiver printed {r.receive_transport})" if r.receive_transport else ""
-        lines.append(f"{r.channel:>7} {conn:>4}  {r.src_rank:>4} -> {r.dst_rank:<4} {ring:<4}  {r.transport:<{width}}  "
+        src, dst = _rank_text(r.src_rank), _rank_text(r.dst_rank)
+        lines.append(f"{r.channel:>7} {conn:>4}  {src:>7} -> {dst:<7} {ring:<4}  {r.transport:<{width}}  "
                      f"{r.logged or 'one line'}{extra}")
     lines.append("")
     for row in summary(rows).itertuples(index=False):
         lines.append(f"{row.transport}: {row.connections} connection(s) on {row.channels} channel(s); "
                      f"{row.meaning}")
-    kind = rows[0].at
+    kind = next((r.at for r in rows if r.at), "")
     if kind:
         held = "device numbers" if kind == "device" else "PCI bus ids (older NCCL)"
         lines.append(f"(brackets after the ranks hold {held})")

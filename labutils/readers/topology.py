@@ -34,6 +34,7 @@ import itertools
 import json
 import re
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import pandas as pd
@@ -53,7 +54,13 @@ ATTRIBUTES = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _CODE = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 MAX_NVLINKS = 64  # bonded NVLinks between two GPUs: 18 on today's largest parts; more is a corrupt file
+# GPUs one `nvidia-smi topo -m` can show: the GPUs of one host (8 on HGX/DGX boards, 16 on a DGX-2, up to
+# 20-32 on the largest PCIe-switch and composable hosts; an NVL72 rack's node shows its own 4). More than
+# 64 is no machine's matrix (a generated or pasted-together file), and would take minutes to classify.
+MAX_GPUS = 64
+MAX_DEVICES = 256  # GPU and NIC columns together (a DGX H100 prints 8 GPUs and 10-12 NICs)
 _DEVICE = re.compile(r"^[A-Za-z][\w.:-]*\d$")  # GPU0, NIC3, mlx5_0: a device name ends in a digit
+_P2P_STATUS = ("OK", "CNS", "GNS", "TNS", "NS", "DR", "U")  # the codes of `nvidia-smi topo -p2p r|w|rw|n|a`
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 
 class TopologyParseError(LabInputError):
@@ -84,9 +91,14 @@ class Topology:
     attributes: tuple[str, ...] = ()
     source: str = ""
 
-    @property
+    @cached_property
     def gpus(self) -> tuple[str, ...]:
         return tuple(d for d in self.devices if re.fullmatch(r"GPU\d+", d))
+
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        """Device name -> its row, built once (a link is looked up for every pair)."""
+        return {d: i for i, d in enumerate(self.devices)}
 
     @property
     def nics(self) -> tuple[str, ...]:
@@ -94,8 +106,7 @@ class Topology:
 
     def link(self, a: str | int, b: str | int) -> str:
         """The code between two devices, given as names ("GPU0") or GPU indices."""
-        i, j = self.devices.index(device_name(self, a)), self.devices.index(device_name(self, b))
-        return self.matrix[i][j]
+        return self.matrix[self._index[device_name(self, a)]][self._index[device_name(self, b)]]
 
     def gpu_links(self) -> dict[str, dict[str, str]]:
         """{"GPU0": {"GPU1": "PHB", ...}, ...} without the diagonal."""
@@ -108,7 +119,7 @@ class Topology:
 def device_name(topo: Topology, device: str | int) -> str:
     """The name of a device given as a name ("GPU0") or a GPU index; LabInputError if absent."""
     name = f"GPU{device}" if isinstance(device, int) else str(device)
-    if name not in topo.devices:
+    if name not in topo._index:
         raise LabInputError(f"device={device!r} is not one of: {', '.join(topo.devices)}")
     return name
 
@@ -128,10 +139,21 @@ def _header(line: str, line_no: int) -> tuple[list[str], list[str]]:
         leftover = leftover.replace(a, "", 1)
     if leftover.strip():
         raise TopologyParseError(line_no, f"unknown header column(s) {leftover.split()} after the devices")
-    bad = [d for d in devices if not _DEVICE.match(d)]
-    if bad:
-        raise TopologyParseError(line_no, f"header column {bad[0]!r} is not a device name")
     gpus = [d for d in devices if d.startswith("GPU")]
+    if len(gpus) > MAX_GPUS:
+        raise TopologyParseError(line_no, f"the header names {len(gpus)} GPUs, more than one machine's "
+                                          f"`nvidia-smi topo -m` shows (one host's GPUs; this reader takes at most "
+                                          f"{MAX_GPUS})")
+    if len(devices) > MAX_DEVICES:
+        raise TopologyParseError(line_no, f"the header names {len(devices)} devices, more than one machine's "
+                                          f"`nvidia-smi topo -m` shows (this reader takes at most {MAX_DEVICES})")
+    bad = [i for i, d in enumerate(devices) if not _DEVICE.match(d)]
+    if bad and not any(_DEVICE.match(d) for d in devices[bad[0]:]):  # words where the attributes belong
+        raise TopologyParseError(line_no, f"header column(s) {' '.join(devices[bad[0]:])!r} after the devices are "
+                                          f"not nvidia-smi's ({', '.join(ATTRIBUTES)}): renamed or cut")
+    if bad:
+        raise TopologyParseError(line_no, f"header column {devices[bad[0]]!r} is not a device name (a matrix "
+                                          "abbreviated or quoted? give the output as nvidia-smi printed it)")
     if gpus != [f"GPU{i}" for i in range(len(gpus))] or devices[:len(gpus)] != gpus:
         raise TopologyParseError(line_no, f"GPU columns must come first as GPU0, GPU1, ... in order, got {gpus}")
     return devices, attrs
@@ -168,8 +190,9 @@ def parse_topology(text: str, source: str = "text") -> Topology:
             raise TopologyParseError(line_no, f"row {name} has {len(cells)} link cell(s); the header names {n} devices")
         for col, code in zip(devices, cells):
             if not _CODE.match(code):
+                p2p = " (this looks like `nvidia-smi topo -p2p` peer status, not `topo -m`)" * (code in _P2P_STATUS)
                 raise TopologyParseError(line_no, f"unknown link code {code!r} in row {name}, column {col} "
-                                                  "(expected X, NV#, PIX, PXB, PHB, NODE or SYS)")
+                                                  f"(expected X, NV#, PIX, PXB, PHB, NODE or SYS){p2p}")
             if code.startswith("NV") and not 1 <= int(code[2:]) <= MAX_NVLINKS:
                 raise TopologyParseError(line_no, f"link code {code!r} in row {name}, column {col} names "
                                                   f"{int(code[2:])} NVLinks; "
@@ -380,6 +403,16 @@ def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, p2p: bool | Non
     `pcie.scale_to_pcie`.
     """
     code = _code(code)
+    try:
+        return _expected_figure(code, pcie_gen, p2p, width)
+    except TypeError:  # an unhashable argument: computed without the cache, to fail or succeed as it would
+        return _expected_figure.__wrapped__(code, pcie_gen, p2p, width)
+
+
+@lru_cache(maxsize=1024, typed=True)
+def _expected_figure(code: str, pcie_gen: int, p2p: bool | None, width: int) -> LinkFigure:
+    """`expected_figure`, computed once per argument set (a matrix asks for it once per GPU pair,
+    and the link table's rows are read anew on every call)."""
     if code.startswith("NV"):
         return nvlink_figure(_nvlinks(code))
     if code not in PATHS:
