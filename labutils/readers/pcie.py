@@ -56,8 +56,8 @@ def spec_GBps(gen: int, width: int = 16) -> float:
 
 def pcie_band(gen: int, width: int = 16) -> LinkFigure:
     """What a PCIe link of generation `gen` and `width` lanes carries per direction (see the module)."""
-    gen = check_choice("pcie_gen", gen, tuple(GT_PER_LANE))
-    width = check_choice("pcie_width", width, WIDTHS)
+    gen = int(check_choice("pcie_gen", gen, tuple(GT_PER_LANE)))  # 4.0 is gen 4: named "PCIe 4.0", not "4.0.0"
+    width = int(check_choice("pcie_width", width, WIDTHS))
     scale = width / 16
     if gen in TABLE_GENS:
         row = pcie_figure(gen)

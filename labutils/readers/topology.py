@@ -413,6 +413,8 @@ def expected_figure(code: str, pcie_gen: int = DEFAULT_PCIE_GEN, p2p: bool | Non
 def _expected_figure(code: str, pcie_gen: int, p2p: bool | None, width: int) -> LinkFigure:
     """`expected_figure`, computed once per argument set (a matrix asks for it once per GPU pair,
     and the link table's rows are read anew on every call)."""
+    pcie_band(pcie_gen, width)  # checks both; a whole float (4.0) is that generation, named "PCIe 4.0"
+    pcie_gen, width = int(pcie_gen), int(width)
     if code.startswith("NV"):
         return nvlink_figure(_nvlinks(code))
     if code not in PATHS:
