@@ -143,3 +143,24 @@ def test_rel_diff_is_the_worst_tensor():
     a = [torch.ones(4), torch.ones(2)]
     assert hand.rel_diff(a, a) == 0.0
     assert hand.rel_diff([torch.ones(4), torch.tensor([1.0, 1.1])], a) == pytest.approx(0.1 / math.sqrt(2), rel=1e-5)
+
+
+def _check(rel=(0.0, 1e-7, 2e-7, 0.0), same=(True,) * 4):
+    frame = pd.DataFrame({"max_rel_diff": rel, "all_reduces": [8, 1, 8, 4], "bytes": 4096, "same_calls": same},
+                         index=list(ddp_hand.WAYS))
+    frame["matches_ddp"] = frame["max_rel_diff"] < hand.GRAD_TOLERANCE
+    return frame
+
+
+def test_check_sentence_and_the_figures():
+    text = hand.check_sentence(_check())
+    assert text.startswith("All 4 ways equal torch DDP's gradients (worst relative difference 2.0e-07")
+    assert "per_parameter 8, flat 1, overlapped 8, bucketed 4" in text and "the same 4KB" in text
+    assert hand.check_sentence(_check(rel=(0.0, 0.3, 0.0, 0.0))).startswith("flat do NOT equal")
+    assert hand.check_sentence(_check(same=(True, True, False, True))).startswith("overlapped do NOT")
+    table = _times(10.0, 12.0, 8.0).assign(error_no_overlap=[0.1, 0.3, 0.0, 0.0, 0.0])
+    rs = pd.DataFrame({"ar_over_rs_ag": [0.9, 1.2], "est_error": [0.1, 0.2]}, index=["1KB", "1MB"])
+    figures = hand.summary_figures(_check(), table, rs)
+    assert figures["ddp_hand_max_grad_rel_diff"][0] == 2e-7 and figures["ddp_hand_bucketed_over_torch"][0] == 1.25
+    assert figures["allreduce_over_rs_ag"][:2] == (1.2, "x") and figures["ddp_hand_no_overlap_error"][0] == 0.2
+    assert figures["rs_ag_estimate_error"][0] == 0.2

@@ -21,7 +21,6 @@ import textwrap
 from labutils.experiments.ddp_by_hand import GRAD_TOLERANCE, Model, check_ways, time_ways
 from labutils.measure.launch import RankError
 
-
 _TIMED_OUT = ("stopped responding", "did not finish", "timed out", "timeout")
 
 

@@ -559,12 +559,25 @@ def sharded_sentence(check: ShardedCheck, table: pd.DataFrame, nproc: int) -> st
 
 
 def summary_figures(check: pd.DataFrame, table: pd.DataFrame, rs_ag: pd.DataFrame) -> dict:
-    """The figures notebook 11 records: worst gradient difference, (d) over DDP, all-reduce over
-    rs + ag at the largest size, and the estimates' errors (median over the ways)."""
-    return {"ddp_hand_max_grad_rel_diff": float(check["max_rel_diff"].max()),
-            "ddp_hand_bucketed_over_torch": float(table.loc["bucketed", "measured_ms"] / table.loc["ddp", "measured_ms"]),
-            "allreduce_over_rs_ag": float(rs_ag["ar_over_rs_ag"].iloc[-1]),
-            "ddp_hand_no_overlap_error": float(np.median(table.loc[["per_parameter", "flat"], "error_no_overlap"])),
-            "ddp_hand_overlap_ways_between": int((table.loc[[w for w in OVERLAPPING if w in table.index],
-                                                            "position"] == "between").sum()),
-            "rs_ag_estimate_error": float(rs_ag["est_error"].iloc[-1]) if "est_error" in rs_ag else math.nan}
+    """The figures notebook 11 records, {key: (value, unit, label)}: the worst gradient difference,
+    (d) over torch DDP, all-reduce over rs + ag at the largest size, and the estimates' errors."""
+    ms, rs_err = table["measured_ms"], rs_ag["est_error"].iloc[-1] if "est_error" in rs_ag else math.nan
+    return {"ddp_hand_max_grad_rel_diff": (float(check["max_rel_diff"].max()), "",
+                                           "worst relative gradient difference of the four ways against torch DDP"),
+            "ddp_hand_bucketed_over_torch": (float(ms["bucketed"] / ms["ddp"]), "x",
+                                             "step of the buckets by hand over torch DDP's, same bucket size"),
+            "allreduce_over_rs_ag": (float(rs_ag["ar_over_rs_ag"].iloc[-1]), "x",
+                                     f"all-reduce over reduce-scatter + all-gather at {rs_ag.index[-1]}B"),
+            "ddp_hand_no_overlap_error": (float(np.median(table.loc[["per_parameter", "flat"], "error_no_overlap"])),
+                                          "", "median |estimate - measured| / measured, (a) and (b)"),
+            "rs_ag_estimate_error": (float(rs_err), "", "|estimate - measured| / measured, rs + ag, largest size")}
+
+
+def check_sentence(check: pd.DataFrame) -> str:
+    """Whether every way's gradients equal DDP's and every rank made the same calls, from the check."""
+    bad = [w for w in check.index if not (check.loc[w, "matches_ddp"] and check.loc[w, "same_calls"])]
+    counts = ", ".join(f"{w} {int(check.loc[w, 'all_reduces'])}" for w in check.index)
+    head = (f"All {len(check)} ways equal torch DDP's gradients" if not bad else
+            f"{', '.join(bad)} do NOT equal torch DDP's gradients or made different calls on different ranks")
+    return (f"{head} (worst relative difference {check['max_rel_diff'].max():.1e}, tolerance {GRAD_TOLERANCE:g}). "
+            f"All-reduces per step: {counts}; each way sends the same {format_size(check['bytes'].iloc[0])}B.")
