@@ -127,8 +127,8 @@ def notebook_plan(name: str, machine: Machine, params: dict) -> NotebookPlan:
     if name == "11_ddp_by_hand":
         width, depth = int(params.get("width") or (256 if quick else 512)), int(params.get("depth") or 4)
         b = int(params.get("batch_per_rank") or 32)
-        step = sizing.ddp_step_s(width, depth, b, rates, nproc) + allreduce_ms(4 * width * width * depth, nproc,
-                                                                               machine.busbw_GBps, machine.alpha_us) / 1e3
+        comm_s = allreduce_ms(4 * width * width * depth, nproc, machine.busbw_GBps, machine.alpha_us) / 1e3
+        step = sizing.ddp_step_s(width, depth, b, rates, nproc) + comm_s
         ways = Measurement("four ways", (6 * step,), frac["four ways"], 2 + 1, 5, 200)  # local, a-d, DDP; +1: building
         high = 4 << 20 if quick else 16 << 20  # the three collectives, 64 KiB .. high (x4)
         sizes = [s for s in sweep_sizes(65536, high, 4)]

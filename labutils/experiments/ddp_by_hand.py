@@ -40,7 +40,7 @@ from labutils.experiments.ddp_step import build_mlp, ddp_cap_mb, rank_batch
 from labutils.measure.launch import resolve_backend
 from labutils.measure.pool import shared_pool
 from labutils.measure.timing import SectionTimer, across_ranks, agree_reps, barrier, group_size, round_s
-from labutils.model.ddp_hand import OVERLAPPING, WAYS, step_estimates_ms, way_allreduce_bytes, way_comm_ms
+from labutils.model.ddp_hand import WAYS, step_estimates_ms, way_allreduce_bytes, way_comm_ms
 from labutils.model.fit import allreduce_ms
 from labutils.model.sizing import plan_reps
 
