@@ -36,6 +36,7 @@ SHARES = {  # each measuring notebook's experiments and the fraction of its budg
     "06_tensor_parallel": {"one split step": 1.0},
     "09_validating_the_budget": {"before the split": 0.3, "the split": 0.45, "overlap": 0.25},
     "10_data_parallel_training": {"steps": 1.0},  # scaling_experiment shares it over its runs
+    "11_ddp_by_hand": {"four ways": 0.55, "collectives": 0.3, "exercise": 0.15},
 }
 
 
@@ -144,10 +145,13 @@ ROUTES = {
     "10_data_parallel_training": ("DDP step with gloo on CPU, one core per rank",
                                   "DDP step computed on the GPU (ranks sharing it), gloo all-reduce on CPU threads",
                                   "DDP step with NCCL, one GPU per rank"),
+    "11_ddp_by_hand": ("gradient all-reduce four ways, reduce-scatter/all-gather and a sharded step, gloo on CPU",
+                       "the same computed on the GPU (ranks sharing it), gloo carrying the collectives",
+                       "the same with NCCL, one GPU per rank"),
 }
 _CASES = ("cpu", "one-gpu", "multi-gpu")
 RANKED = ("02_allreduce_sweep", "05_predicting_allreduce", "06_tensor_parallel", "07_backward_and_precision",
-          "09_validating_the_budget", "10_data_parallel_training")  # the notebooks that start ranks
+          "09_validating_the_budget", "10_data_parallel_training", "11_ddp_by_hand")  # the notebooks that start ranks
 
 # What a route stands for, and what it cannot show, by (backend, device, ranks share a GPU).
 _MEANING = {

@@ -124,6 +124,19 @@ def notebook_plan(name: str, machine: Machine, params: dict) -> NotebookPlan:
               Measurement("contention", probe, 0.0, 0, 5, 5, drops=False))  # a fixed 5 rounds, outside the budget
         return NotebookPlan(name, budget, rank_sets=1, calls=5, figures=4, measurements=ms,
                             fixed_s=0.5 + 5 * plan.widest_step_s)
+    if name == "11_ddp_by_hand":
+        width, depth = int(params.get("width") or (256 if quick else 512)), int(params.get("depth") or 4)
+        b = int(params.get("batch_per_rank") or 32)
+        comm_s = allreduce_ms(4 * width * width * depth, nproc, machine.busbw_GBps, machine.alpha_us) / 1e3
+        step = sizing.ddp_step_s(width, depth, b, rates, nproc) + comm_s
+        ways = Measurement("four ways", (6 * step,), frac["four ways"], 2 + 1, 5, 200)  # local, a-d, DDP; +1: building
+        high = 4 << 20 if quick else 16 << 20  # the three collectives, 64 KiB .. high (x4)
+        sizes = [s for s in sweep_sizes(65536, high, 4)]
+        coll = tuple(3 * allreduce_ms(s, nproc, machine.busbw_GBps, machine.alpha_us) / 1e3 + machine.call_s / 10
+                     for s in sizes)
+        # the checks (four ways, sharded step, the exercise's stub): a few steps each, outside the budget
+        return NotebookPlan(name, budget, rank_sets=1, calls=5, figures=0, fixed_s=0.5 + 20 * step,
+                            measurements=(ways, Measurement("collectives", coll, frac["collectives"], 5, 3, 1000)))
     raise LabInputError(f"notebook {name!r} is not one of the course's")
 
 
