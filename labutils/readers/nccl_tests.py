@@ -90,6 +90,9 @@ _OLD_NAMES = {"bytes": "size", "N": "count", "op": "redop", "res": "error"}
 MAX_RANKS = 1 << 20  # far above any job; a larger count in a log is a corrupt line
 MAX_GPUS_PER_PROCESS = 1024  # nGpus and nThread of one process: no machine holds more
 MAX_SIZE_BYTES = 1 << 50  # 1 PiB: far above any buffer a collective of today's GPUs can hold
+# nccl-tests prints its preamble (nThread line, rank lines, header) before NCCL's INFO lines, so a
+# file with none of it, nor a row, this far in is no nccl-tests log: refused without reading on.
+MAX_LINES_BEFORE_OUTPUT = 100_000
 _JSON_HALF_UNIT = 5e-7  # -J writes every number with %lf (6 decimals)
 
 
@@ -405,6 +408,10 @@ class _Meta:
         self.header, self.command, self.launcher, self.info = None, None, None, {}
         self.plain_command = False
 
+    def seen(self) -> bool:
+        """Whether a line only nccl-tests prints (its program's name, nThread, a rank line) was read."""
+        return bool(self.meta["program"] or self.header or self.ranks)
+
     def command_line(self, line: str) -> None:
         program = _PROGRAM.search(line)
         if not program:
@@ -513,6 +520,10 @@ def parse_text(text: str, op: str | None = None, nranks: int | None = None) -> N
     meta = _Meta()
     layout, ends, pending, rows, command = None, None, None, [], ""
     for number, raw in enumerate(text.splitlines(), 1):
+        if number > MAX_LINES_BEFORE_OUTPUT and not (rows or layout or meta.seen()):
+            raise LabInputError(f"no nccl-tests output in the first {MAX_LINES_BEFORE_OUTPUT} lines (no header, "
+                                "rank line or result row, which nccl-tests prints before NCCL's own lines): "
+                                "is this an nccl-tests log?")
         s = _clean(raw)
         stripped = s.strip()
         if not stripped:
