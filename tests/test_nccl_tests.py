@@ -210,7 +210,9 @@ def test_rank_lines_from_0_are_not_the_world_when_the_numbers_say_more():
     """A headless log cut to rank 0's line: busbw/algbw says many ranks, so the answer is unknown,
     never 1 (hypothesis found n = 30); a complete headless log keeps its count."""
     cut = parse_text(nccl_log(30, ranks=[0], header=False))
-    assert cut.meta["world_size"] is None and "--nranks" in cut.meta["world_size_source"]
+    assert cut.meta["world_size"] == 30 and cut.meta["world_size_source"].startswith("busbw/algbw")
+    few = parse_text(nccl_log(30, ranks=[0], header=False, sizes=(1 << 10,)))  # 2 decimals of tiny numbers
+    assert few.meta["world_size"] is None and "--nranks" in few.meta["world_size_source"]
     assert parse_text(nccl_log(2, ranks=[0, 1], header=False)).meta["world_size"] == 2
 
 
@@ -268,3 +270,82 @@ def test_world_size_is_right_however_the_log_is_cut(n, data):
     assert log.meta["world_size"] in (n, None)
     if header:
         assert log.meta["world_size"] == n
+
+
+# --- the corpus: layouts seen in public threads (data/nccl_tests/README.md names each thread) ---
+
+CORPUS = SAMPLES / "corpus"
+EXPECTED = json.loads((CORPUS / "expected.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_layout(name):
+    e = EXPECTED[name]
+    op = None if e["op_named"] else e["op"]  # an excerpt without its command line needs --op
+    log = parse_nccl_tests(CORPUS / name, op=op)
+    f = log.frame
+    assert log.meta["op"] == e["op"] and log.meta["world_size"] == e["world_size"]
+    if e.get("nranks"):
+        assert parse_nccl_tests(CORPUS / name, op=op, nranks=e["nranks"]).meta["world_size"] == e["nranks"]
+    halves = [h for _, hs in e["rows"] for h in hs]
+    assert len(f) == len(halves)
+    assert list(f["size_bytes"][~f["in_place"]]) == [size for size, _ in e["rows"]]
+    got = [v for t in zip(f["time_us"], f["algbw_GBps"], f["busbw_GBps"]) for v in t]
+    assert got == pytest.approx([v for h in halves for v in h])
+    assert list(f["in_place"]) == [k == 1 for _, hs in e["rows"] for k in range(len(hs))]
+
+
+def test_corpus_has_thirty_layouts():
+    assert len(EXPECTED) >= 30
+
+
+def test_corpus_special_cases():
+    blank = parse_nccl_tests(CORPUS / "06_old_alltoall_blank_redop.log", op="alltoall").frame
+    assert set(blank["redop"]) == {"none"} and list(blank["max_error"]) == [0, 1, 0, 1]
+    alone = parse_nccl_tests(CORPUS / "03_mpirun_without_mpi_build.log").meta
+    assert alone["independent_runs"] == 2 and "MPI=1" in alone["world_size_source"]
+    assert parse_nccl_tests(CORPUS / "14_multiline_mpirun_g8_256ranks.log").frame["wrong"].isna().all()
+    assert parse_nccl_tests(CORPUS / "13_srun_all_reduce_perf_mpi.log").meta["program"] == "all_reduce_perf_mpi"
+
+
+# --- logs no run could print are refused, naming the row ---
+
+ROW = ("     1048576        262144     float     sum      -1    66.87   15.68   15.68      0"
+       "    67.84   15.46   15.46      0")
+
+
+def two_ranks(row: str = ROW) -> str:
+    return ("# nThread 1 nGpus 2 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20\n" + HEAD + "\n"
+            + row + "\n")
+
+
+@pytest.mark.parametrize("bad, needle", [
+    (ROW.replace("66.87", "  inf"), "time="),
+    (ROW.replace("66.87", "  nan"), "time is not a number"),
+    (ROW.replace("66.87", " 0.00"), "time=0"),
+    (ROW.replace("   1048576", "1" + "0" * 30, 1), "size="),
+    (ROW.replace("262144", "262145"), "count=262145 does not match"),
+    (ROW.replace("15.68   15.68", "156.8   156.8", 1), "algbw=156.8"),
+    (ROW.replace("15.68   15.68", "15.68   47.04", 1), "busbw=47.04"),
+    (ROW.replace("15.68   15.68", "15.68   19.60", 1), "busbw=19.6 .* bus factor of all_reduce on 2"),
+])
+def test_rows_no_run_prints_are_refused_naming_the_row(bad, needle):
+    with pytest.raises(LabInputError, match=needle) as err:
+        parse_text(two_ranks(bad), op="all_reduce", nranks=2)
+    assert "nccl-tests row at line" in str(err.value)
+
+
+def test_rounding_and_absurd_headers():
+    assert len(parse_text(two_ranks(ROW.replace("66.87", "66.88"))).frame) == 2  # 15.678 prints as 15.68
+    with pytest.raises(LabInputError, match="algbw=15.69"):  # 15.6806 never prints as 15.69
+        parse_text(two_ranks(ROW.replace("15.68   15.68", "15.69   15.69", 1)))
+    with pytest.raises(LabInputError, match="nGpus 99999999"):
+        parse_text(two_ranks().replace("nGpus 2", "nGpus 99999999"))
+
+
+def test_a_long_file_of_junk_is_refused_quickly(tmp_path):
+    import time
+    start = time.perf_counter()
+    with pytest.raises(LabInputError, match="first 100000 lines"):
+        parse_text("1 2 float 3 4 5\n" * 2_000_000)
+    assert time.perf_counter() - start < 10

@@ -133,7 +133,8 @@ def _half_unit(token: str) -> float:
 
 
 def _is_cell(token: str) -> bool:
-    return bool(_NUMBER.match(token)) or token.upper() in ("N/A", "NAN") or token.lower() in _TYPES | _REDOPS
+    return (bool(_NUMBER.match(token)) or token.upper() in ("N/A", "NAN", "-NAN", "INF", "-INF")
+            or token.lower() in _TYPES | _REDOPS)
 
 
 def _cells(line: str, ends: list[int] | None = None) -> list[str]:
@@ -362,6 +363,10 @@ def _check_arithmetic(rows: list[dict], op: str, world: int | None) -> None:
             continue
         conventions = _conventions(op, world)
         if not conventions:
+            top = 2.0 if op == "all_reduce" else 1.0  # the factor's bound over every N
+            if op in RATIO_OPS + PER_RANK_OPS and bus > top * alg + d_bus + top * d_alg:
+                raise LabInputError(f"busbw={bus:g} GB/s in {_where(row)} is above {top:g} x algbw = {top * alg:.6g} "
+                                    f"GB/s, more than the bus factor of {op} on any number of ranks")
             continue
         alg_ok = [(a, b) for a, b in conventions if row.get("_cputime") or abs(alg - a * raw) <= a * d_raw + d_alg
                   + 1e-6 * raw]
@@ -706,21 +711,23 @@ def parse_nccl_tests(path_or_text, op: str | None = None, nranks: int | None = N
 
 # --- the world size -------------------------------------------------------------------------------
 
-def _bandwidth_pairs(rows: list[dict]) -> list[tuple[float, float]]:
-    """(algbw, busbw) of every row that printed both as finite numbers, algbw > 0."""
-    return [(r["algbw_GBps"], r["busbw_GBps"]) for r in rows
+def _slack(v: float) -> float:
+    return max(0.0051, 6e-4 * abs(v))  # 2 decimals, or 4 significant figures
+
+
+def _bandwidth_pairs(rows: list[dict]) -> list[tuple[float, float, float, float]]:
+    """(algbw, busbw, their rounding) of every row that printed both as finite numbers, algbw > 0;
+    the rounding is half a unit of each one's last printed digit (else 2 decimals or 4 figures)."""
+    return [(r["algbw_GBps"], r["busbw_GBps"], r.get("_dalg", _slack(r["algbw_GBps"])) + 1e-9,
+             r.get("_dbus", _slack(r["busbw_GBps"])) + 1e-9) for r in rows
             if all(isinstance(v, (int, float)) and math.isfinite(v) for v in (r["algbw_GBps"], r["busbw_GBps"]))
             and r["algbw_GBps"] > 0]
 
 
-def _fits(pairs: list[tuple[float, float]], op: str, n: int) -> bool:
-    """Whether busbw = algbw * factor(n) on every pair, within the columns' rounding (2 decimals,
-    or 4 significant figures)."""
-    def slack(v):
-        return max(0.0051, 6e-4 * abs(v))
-
+def _fits(pairs: list[tuple[float, float, float, float]], op: str, n: int) -> bool:
+    """Whether busbw = algbw * factor(n) on every pair, within the columns' rounding."""
     factor = bus_factor(op, n)
-    return all(abs(a * factor - b) <= slack(b) + factor * slack(a) for a, b in pairs)
+    return all(abs(a * factor - b) <= db + factor * da for a, b, da, db in pairs)
 
 
 def _n_from_ratio(rows: list[dict], op: str) -> int | None:
@@ -731,7 +738,7 @@ def _n_from_ratio(rows: list[dict], op: str) -> int | None:
     pairs = _bandwidth_pairs(rows)
     if not pairs:
         return None
-    alg, bus = max(pairs)
+    alg, bus = max(pairs)[:2]
     ratio = bus / alg
     top = 2.0 if op == "all_reduce" else 1.0
     if not 0 <= ratio < top:
