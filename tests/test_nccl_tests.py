@@ -30,7 +30,7 @@ NEW = """\
 #        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)
      1048576        262144     float     sum      -1    16330    0.06    0.06      0    16.10   65.13   65.13      0
 box:1710:1722 [0] NCCL INFO Channel 02/0 : 0[7000] -> 1[a000] via P2P/CUMEM
-  1073741824     268435456     float     sum      -1  1.2e+05    8.95    8.95    N/A  11774.0   91.19   91.19      2
+  1073741824     268435456     float     sum      -1  1.2e+05    8.95    8.95    N/A  11775.0   91.19   91.19      2
 # Out of bounds values : 1 FAILED
 # Avg bus bandwidth    : 41.3325
 """
@@ -42,7 +42,7 @@ def test_current_layout_numbers_na_and_stray_lines():
     assert log.meta["op"] == "all_reduce" and log.meta["world_size"] == 2
     assert list(f["size_bytes"]) == [1048576, 1048576, 1073741824, 1073741824]
     assert list(f["in_place"]) == [False, True, False, True]
-    assert list(f["time_us"]) == [16330.0, 16.10, 1.2e5, 11774.0]
+    assert list(f["time_us"]) == [16330.0, 16.10, 1.2e5, 11775.0]
     assert math.isnan(f["wrong"].iloc[2]) and f["wrong"].iloc[3] == 2
     assert log.meta["avg_busbw_GBps"] == pytest.approx(41.3325) and log.meta["out_of_bounds"] == 1
     assert set(f["dtype"]) == {"float32"} and set(f["root"]) == {-1}
@@ -132,15 +132,18 @@ def test_shipped_samples(name, op, world, rows):
 def test_json_report_variants():
     doc = {"version": 2, "args": ["/opt/nccl-tests/build/reduce_scatter_perf", "-J", "x.json"],
            "config": {"devices": [{"device_info": "GPU"}] * 4},
-           "results": [{"size": 4096, "count": 256, "type": "bfloat16", "redop": "sum", "root": "    -1",
+           "results": [{"size": 4096, "count": 512, "type": "bfloat16", "redop": "sum", "root": "    -1",
                         "out_of_place": None,
-                        "in_place": {"cpu_time": 30.5, "alg_bw": "nan", "bus_bw": 0.1, "nwrong": None}}],
+                        "in_place": {"cpu_time": 30.5, "alg_bw": 0.134295, "bus_bw": 0.100721, "nwrong": None}}],
            "average_bus_bandwidth": {"bandwidth": 0.1, "okay": "unchecked"}}
     log = parse_json(doc)
     f = log.frame
     assert log.meta["op"] == "reduce_scatter" and log.meta["world_size"] == 4
     assert len(f) == 1 and bool(f["in_place"].iloc[0]) and f["dtype"].iloc[0] == "bfloat16"
-    assert f["time_us"].iloc[0] == 30.5 and math.isnan(f["algbw_GBps"].iloc[0]) and math.isnan(f["wrong"].iloc[0])
+    assert f["time_us"].iloc[0] == 30.5 and f["algbw_GBps"].iloc[0] == 0.134295 and math.isnan(f["wrong"].iloc[0])
+    doc["results"][0]["in_place"]["alg_bw"] = "nan"  # what -J writes for NaN: no run prints it
+    with pytest.raises(LabInputError, match=r"algbw is not a number .*results\[0\]"):
+        parse_json(doc)
 
 
 def test_bad_inputs_are_one_line_errors(tmp_path):
@@ -207,7 +210,9 @@ def test_rank_lines_from_0_are_not_the_world_when_the_numbers_say_more():
     """A headless log cut to rank 0's line: busbw/algbw says many ranks, so the answer is unknown,
     never 1 (hypothesis found n = 30); a complete headless log keeps its count."""
     cut = parse_text(nccl_log(30, ranks=[0], header=False))
-    assert cut.meta["world_size"] is None and "--nranks" in cut.meta["world_size_source"]
+    assert cut.meta["world_size"] == 30 and cut.meta["world_size_source"].startswith("busbw/algbw")
+    few = parse_text(nccl_log(30, ranks=[0], header=False, sizes=(1 << 10,)))  # 2 decimals of tiny numbers
+    assert few.meta["world_size"] is None and "--nranks" in few.meta["world_size_source"]
     assert parse_text(nccl_log(2, ranks=[0, 1], header=False)).meta["world_size"] == 2
 
 
@@ -265,3 +270,82 @@ def test_world_size_is_right_however_the_log_is_cut(n, data):
     assert log.meta["world_size"] in (n, None)
     if header:
         assert log.meta["world_size"] == n
+
+
+# --- the corpus: layouts seen in public threads (data/nccl_tests/README.md names each thread) ---
+
+CORPUS = SAMPLES / "corpus"
+EXPECTED = json.loads((CORPUS / "expected.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_layout(name):
+    e = EXPECTED[name]
+    op = None if e["op_named"] else e["op"]  # an excerpt without its command line needs --op
+    log = parse_nccl_tests(CORPUS / name, op=op)
+    f = log.frame
+    assert log.meta["op"] == e["op"] and log.meta["world_size"] == e["world_size"]
+    if e.get("nranks"):
+        assert parse_nccl_tests(CORPUS / name, op=op, nranks=e["nranks"]).meta["world_size"] == e["nranks"]
+    halves = [h for _, hs in e["rows"] for h in hs]
+    assert len(f) == len(halves)
+    assert list(f["size_bytes"][~f["in_place"]]) == [size for size, _ in e["rows"]]
+    got = [v for t in zip(f["time_us"], f["algbw_GBps"], f["busbw_GBps"]) for v in t]
+    assert got == pytest.approx([v for h in halves for v in h])
+    assert list(f["in_place"]) == [k == 1 for _, hs in e["rows"] for k in range(len(hs))]
+
+
+def test_corpus_has_thirty_layouts():
+    assert len(EXPECTED) >= 30
+
+
+def test_corpus_special_cases():
+    blank = parse_nccl_tests(CORPUS / "06_old_alltoall_blank_redop.log", op="alltoall").frame
+    assert set(blank["redop"]) == {"none"} and list(blank["max_error"]) == [0, 1, 0, 1]
+    alone = parse_nccl_tests(CORPUS / "03_mpirun_without_mpi_build.log").meta
+    assert alone["independent_runs"] == 2 and "MPI=1" in alone["world_size_source"]
+    assert parse_nccl_tests(CORPUS / "14_multiline_mpirun_g8_256ranks.log").frame["wrong"].isna().all()
+    assert parse_nccl_tests(CORPUS / "13_srun_all_reduce_perf_mpi.log").meta["program"] == "all_reduce_perf_mpi"
+
+
+# --- logs no run could print are refused, naming the row ---
+
+ROW = ("     1048576        262144     float     sum      -1    66.87   15.68   15.68      0"
+       "    67.84   15.46   15.46      0")
+
+
+def two_ranks(row: str = ROW) -> str:
+    return ("# nThread 1 nGpus 2 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20\n" + HEAD + "\n"
+            + row + "\n")
+
+
+@pytest.mark.parametrize("bad, needle", [
+    (ROW.replace("66.87", "  inf"), "time="),
+    (ROW.replace("66.87", "  nan"), "time is not a number"),
+    (ROW.replace("66.87", " 0.00"), "time=0"),
+    (ROW.replace("   1048576", "1" + "0" * 30, 1), "size="),
+    (ROW.replace("262144", "262145"), "count=262145 does not match"),
+    (ROW.replace("15.68   15.68", "156.8   156.8", 1), "algbw=156.8"),
+    (ROW.replace("15.68   15.68", "15.68   47.04", 1), "busbw=47.04"),
+    (ROW.replace("15.68   15.68", "15.68   19.60", 1), "busbw=19.6 .* bus factor of all_reduce on 2"),
+])
+def test_rows_no_run_prints_are_refused_naming_the_row(bad, needle):
+    with pytest.raises(LabInputError, match=needle) as err:
+        parse_text(two_ranks(bad), op="all_reduce", nranks=2)
+    assert "nccl-tests row at line" in str(err.value)
+
+
+def test_rounding_and_absurd_headers():
+    assert len(parse_text(two_ranks(ROW.replace("66.87", "66.88"))).frame) == 2  # 15.678 prints as 15.68
+    with pytest.raises(LabInputError, match="algbw=15.69"):  # 15.6806 never prints as 15.69
+        parse_text(two_ranks(ROW.replace("15.68   15.68", "15.69   15.69", 1)))
+    with pytest.raises(LabInputError, match="nGpus 99999999"):
+        parse_text(two_ranks().replace("nGpus 2", "nGpus 99999999"))
+
+
+def test_a_long_file_of_junk_is_refused_quickly(tmp_path):
+    import time
+    start = time.perf_counter()
+    with pytest.raises(LabInputError, match="first 100000 lines"):
+        parse_text("1 2 float 3 4 5\n" * 2_000_000)
+    assert time.perf_counter() - start < 10

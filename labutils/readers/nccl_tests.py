@@ -1,20 +1,33 @@
 """The nccl-tests format: reading its output (all_reduce_perf and friends) into the sweep's DataFrame
-columns, and deciding how many ranks a log ran on (its table is printed by labutils.core.busbw).
+columns, checking each row's arithmetic as nccl-tests computes it, and deciding how many ranks a log
+ran on (its table is printed by labutils.core.busbw).
 
 Reading takes two inputs:
 - the text log. Layouts handled: current (`size count type redop root` + out-of-place and
   in-place `time algbw busbw #wrong`), old 2.x (no `root`; an `error` column holding the largest
-  deviation instead of a count), all_gather/broadcast variants without `redop`, the
-  per-iteration layout (`i_min ...` columns), `N/A` in #wrong, numbers such as `16330` or
-  `1.2e+06`, launcher prefixes (`0: ` from srun --label, `[1,0]<stdout>:` from mpirun
-  --tag-output), and NCCL INFO / launcher lines between rows, even in the middle of a row.
+  deviation instead of a count; alltoall rows whose `redop` cell is blank), all_gather/broadcast
+  variants without `redop`, the 2017-2018 layout (`bytes N type op time algbw busbw res`, time in
+  ms), the per-iteration layout (`i_min ...` columns), `cputime` (-C 1), `N/A` in #wrong, numbers
+  such as `16330` or `1.2e+06`, launcher prefixes (`0: ` from srun --label, `[1,0]<stdout>:` from
+  mpirun --tag-output, also glued inside a row, as is a bare `[0]`), lines whose leading `#` a
+  web page ate or escaped (`\\#`), binaries named `all_gather_perf_mpi` and the like, and NCCL
+  INFO / launcher lines between rows, even in the middle of a row.
 - the JSON written with `-J FILE` (nccl-tests 2.16+): `results[*].out_of_place/in_place`.
 
 Every row read becomes two rows, `in_place` False (out-of-place half) and True (in-place half).
 
+Each row is held to what nccl-tests prints (src/common.cu, src/util.cu and each op's *_GetBw):
+time > 0 us; size = count x type size (x N for the ops whose count is per rank: all_gather,
+reduce_scatter, alltoall, gather, scatter, hypercube); algbw = size / time / 1e3 GB/s; busbw =
+algbw x the op's bus factor (2(N-1)/N all_reduce, (N-1)/N all_gather, reduce_scatter, alltoall,
+gather, scatter, 1 otherwise); logs from before nccl-tests 2.6 put (N-1)/N into algbw and printed
+busbw = algbw for the per-rank ops, which is accepted too. Each comparison allows the rounding of
+the printed numbers (half a unit of the last printed digit: `583.1` is 583.1 +- 0.05).
+
 How many ranks a log ran on (`decide_world_size`) weighs what the log says (the header's thread and
-GPU counts, the command line, NCCL INFO lines, the rank lines) against what its numbers say
-(busbw / algbw is the bus factor of N ranks), and says why when they disagree.
+GPU counts, the command line's -g and its launcher's process count, NCCL INFO lines, the rank
+lines) against what its numbers say (busbw / algbw is the bus factor of N ranks; size / count is
+N for the per-rank ops), and says why when they disagree.
 
 The sweep's rows are printed in the same columns (`labutils.core.busbw.format_nccl_table`, what
 `python -m labutils sweep` and `parse-nccl-tests` print), so this reader reads them back.
@@ -36,30 +49,51 @@ from labutils.core.inputs import LabInputError, check_choice, check_int
 from labutils.readers.sources import read_text
 
 _PREFIX = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")
+# Launcher tags and a bare "[0]" that other output glued inside a row (replaced by blanks of the
+# same width, so the header's column ends still line up).
+_INNER_TAG = re.compile(r"\[\d+(?:,\d+)?\](?:<std(?:out|err)>:)?")
 _NUMBER = re.compile(r"^-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 _GLUED = re.compile(r"^(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(\D.*)$")
+# all_gather_perf, all_gather_perf_mpi, reduce_scatter_perf.exe ...: the op is the name before _perf.
 _PROGRAM = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall|sendrecv|gather|"
-                      r"scatter|hypercube)_perf\b")
-_RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+                      r"scatter|hypercube)_perf(?:_?\w+)?\b")
+_RANK_LINE = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
                         r"\[([^\]]*)\]\s*(.*)$")
 _AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*([-+0-9.eE]+|nan)")
 _OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)")
 _NCCL_VERSION = re.compile(r"NCCL version\s+(\S+)|nccl-library=(\d+)")
-_HEADER_GPUS = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\b")
-_COMMAND_GPUS = re.compile(r"_perf\b.*?\s-g\s*(\d+)\b")
-_COMMAND_THREADS = re.compile(r"_perf\b.*?\s-t\s*(\d+)\b")
+_HEADER_GPUS = re.compile(r"^#?\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\b")
+_COMMAND_GPUS = re.compile(r"_perf\w*\s(?:.*\s)?(?:-g|--ngpus)[\s=]*(\d+)\b")
+_COMMAND_THREADS = re.compile(r"_perf\w*\s(?:.*\s)?(?:-t|--nthreads)[\s=]*(\d+)\b")
+_LAUNCHER = re.compile(r"(?:^|[\s/])(mpirun|mpiexec|orterun|srun)\s")
+_MPI_PROCS = re.compile(r"\s(?:-np|--np|-n|-c)[\s=]+(\d+)\b")
+_SRUN_TASKS = re.compile(r"\s(?:-n|--ntasks)[\s=]+(\d+)\b")
+_SRUN_NODES = re.compile(r"\s(?:-N|--nodes)[\s=]+(\d+)\b")
+_SRUN_PER_NODE = re.compile(r"\s--ntasks-per-node[\s=]+(\d+)\b")
 _INFO_NRANKS = re.compile(r"NCCL INFO\b.*\brank\s+(\d+)\s+nranks\s+(\d+)\b")
-_RANK_PID = re.compile(r"\bPid\s+(\d+)\b")
 _INT = re.compile(r"^-?\d+$")
 # Every program of nccl-tests (what --op may name), and those whose busbw/algbw ratio gives N.
 PROGRAMS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv", "gather",
             "scatter", "hypercube")
 RATIO_OPS = ("all_reduce", "all_gather", "reduce_scatter")
-_TYPES = set(DTYPES) | set(DTYPE_ALIASES) | {"float", "half", "double", "int32", "uint32", "int64", "uint64",
-                                             "int8", "uint8", "bfloat16", "f8e4m3", "f8e5m2"}
+# The ops whose printed count is per rank: size = count x type size x N (their *_GetCollByteCount).
+PER_RANK_OPS = ("all_gather", "reduce_scatter", "alltoall", "gather", "scatter", "hypercube")
+# Bytes per element of every type nccl-tests prints (its test_typenames) and the lab's names.
+TYPE_BYTES = {"int8": 1, "char": 1, "uint8": 1, "int32": 4, "int": 4, "uint32": 4, "int64": 8, "uint64": 8,
+              "half": 2, "float16": 2, "float": 4, "float32": 4, "double": 8, "float64": 8, "bfloat16": 2,
+              "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+_TYPES = set(DTYPES) | set(DTYPE_ALIASES) | set(TYPE_BYTES)
 _REDOPS = {"sum", "prod", "max", "min", "avg", "mulsum", "none", "all"}
 _TIME_NAMES = {"time", "cputime"}
+# The 2017-2018 header's names for today's columns (its time was in ms).
+_OLD_NAMES = {"bytes": "size", "N": "count", "op": "redop", "res": "error"}
 MAX_RANKS = 1 << 20  # far above any job; a larger count in a log is a corrupt line
+MAX_GPUS_PER_PROCESS = 1024  # nGpus and nThread of one process: no machine holds more
+MAX_SIZE_BYTES = 1 << 50  # 1 PiB: far above any buffer a collective of today's GPUs can hold
+# nccl-tests prints its preamble (nThread line, rank lines, header) before NCCL's INFO lines, so a
+# file with none of it, nor a row, this far in is no nccl-tests log: refused without reading on.
+MAX_LINES_BEFORE_OUTPUT = 100_000
+_JSON_HALF_UNIT = 5e-7  # -J writes every number with %lf (6 decimals)
 
 
 @dataclass(frozen=True)
@@ -88,8 +122,19 @@ def _value(token: str) -> float:
     return float(token)
 
 
+def _half_unit(token: str) -> float:
+    """Half a unit of the last digit printed: '583.1' -> 0.05, '16330' -> 0.5, '1.2e+05' -> 5000."""
+    mantissa, _, exponent = token.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    try:
+        return 0.5 * 10.0 ** (int(exponent or 0) - decimals)
+    except (ValueError, OverflowError):
+        return math.inf
+
+
 def _is_cell(token: str) -> bool:
-    return bool(_NUMBER.match(token)) or token.upper() in ("N/A", "NAN") or token.lower() in _TYPES | _REDOPS
+    return (bool(_NUMBER.match(token)) or token.upper() in ("N/A", "NAN", "-NAN", "INF", "-INF")
+            or token.lower() in _TYPES | _REDOPS)
 
 
 def _cells(line: str, ends: list[int] | None = None) -> list[str]:
@@ -116,13 +161,15 @@ def _cells(line: str, ends: list[int] | None = None) -> list[str]:
     return out
 
 
-def _header_columns(line: str) -> tuple[list[str], list[int]] | None:
-    """(names, end offsets) from a header line such as '#  size  count  type  redop  root  time ...'."""
-    found = [(m.group(0), m.end()) for m in re.finditer(r"[^\s#]\S*", line)]
+def _header_columns(line: str) -> tuple[list[str], list[int], bool] | None:
+    """(names, end offsets, time in ms) from a header line such as '#  size  count  type  redop  root
+    time ...' (or the 2017 '#  bytes  N  type  op  time ...', whose time was printed in ms)."""
+    found = [(m.group(0), m.end()) for m in re.finditer(r"[^\s#\\]\S*", line)]
     names = [n for n, _ in found]
-    if len(names) >= 4 and names[0] == "size" and names[1] == "count" and "type" in names[:3]:
-        kept = [(n, e) for n, e in found if n != "timestamp"]
-        return [n for n, _ in kept], [e for _, e in kept]
+    if len(names) >= 4 and names[:2] in (["size", "count"], ["bytes", "N"]) and "type" in names[:3]:
+        old = names[0] == "bytes"
+        kept = [(_OLD_NAMES.get(n, n) if old else n, e) for n, e in found if n != "timestamp"]
+        return [n for n, _ in kept], [e for _, e in kept], old
     return None
 
 
@@ -140,13 +187,23 @@ def _guess_columns(cells: list[str]) -> list[str]:
     return cols + ["time", "algbw", "busbw", "#wrong"] * groups
 
 
+def _fill_blank_redop(cells: list[str], columns: list[str]) -> list[str]:
+    """Old alltoall rows leave the redop cell blank ('float           520935 ...'): put an empty cell
+    there so the later columns keep their places."""
+    if "redop" in columns:
+        i = columns.index("redop")
+        if i < len(cells) and cells[i].lower() not in _REDOPS and _NUMBER.match(cells[i]):
+            return cells[:i] + [""] + cells[i:]
+    return cells
+
+
 def _halves(columns: list[str]) -> list[dict]:
     """Positions of (time, algbw, busbw, wrong) for the out-of-place and in-place halves."""
     halves = []
     for i, name in enumerate(columns):
         if name in _TIME_NAMES and i + 3 < len(columns) and columns[i + 1] == "algbw":
             halves.append({"time": i, "algbw": i + 1, "busbw": i + 2, "wrong": i + 3,
-                           "wrong_is_error": columns[i + 3] == "error"})
+                           "wrong_is_error": columns[i + 3] == "error", "cputime": name == "cputime"})
     return halves
 
 
@@ -156,17 +213,24 @@ def _needed(columns: list[str]) -> int:
     return halves[-1]["wrong"] + 1 if halves else len(columns)
 
 
-def _rows_from_cells(cells: list[str], columns: list[str], op: str, world: float) -> list[dict]:
+@dataclass(frozen=True)
+class _Layout:
+    columns: list[str]
+    time_ms: bool = False
+
+
+def _rows_from_cells(cells: list[str], layout: _Layout, where: tuple[int, str]) -> list[dict]:
     """The row's out-of-place and in-place halves; LabInputError for a cell that is not what its
     column holds (a size that is no whole number, a negative or infinite value)."""
     try:
-        return _convert_cells(cells, columns, op, world)
+        return _convert_cells(cells, layout, where)
     except (ValueError, IndexError, OverflowError):
-        raise LabInputError(f"the nccl-tests row {' '.join(cells)!r} has a cell that does not fit its column "
-                            f"({', '.join(columns)})") from None
+        raise LabInputError(f"the nccl-tests row at line {where[0]} ({where[1]!r}) has a cell that does not fit "
+                            f"its column ({', '.join(layout.columns)})") from None
 
 
-def _convert_cells(cells: list[str], columns: list[str], op: str, world: float) -> list[dict]:
+def _convert_cells(cells: list[str], layout: _Layout, where: tuple[int, str]) -> list[dict]:
+    columns = layout.columns
     pos = {name: columns.index(name) for name in ("size", "count", "type", "redop", "root") if name in columns}
     size, count = cells[pos["size"]], cells[pos["count"]]
     if not (_INT.match(size) and _INT.match(count)):
@@ -174,18 +238,23 @@ def _convert_cells(cells: list[str], columns: list[str], op: str, world: float) 
     root = cells[pos["root"]] if "root" in pos else None
     if root is not None and not _INT.match(root):
         raise ValueError("root is a whole number")
-    base = {"op": op, "size_bytes": int(size), "count": int(count),
-            "dtype": _dtype(cells[pos["type"]]), "redop": cells[pos["redop"]] if "redop" in pos else "none",
-            "root": int(root) if root is not None else math.nan, "world_size": world, "backend": "nccl"}
+    redop = cells[pos["redop"]] if "redop" in pos else "none"
+    base = {"op": "unknown", "size_bytes": int(size), "count": int(count),
+            "dtype": _dtype(cells[pos["type"]]), "redop": redop or "none",
+            "root": int(root) if root is not None else math.nan, "world_size": math.nan, "backend": "nccl",
+            "_line": where[0], "_text": where[1], "_type": cells[pos["type"]].lower()}
+    scale = 1e3 if layout.time_ms else 1.0
     rows = []
-    for half, where in enumerate(_halves(columns)):
-        if where["wrong"] >= len(cells):
+    for half, at in enumerate(_halves(columns)):
+        if at["wrong"] >= len(cells):
             break
-        raw_wrong = _value(cells[where["wrong"]])
-        rows.append({**base, "time_us": _value(cells[where["time"]]), "algbw_GBps": _value(cells[where["algbw"]]),
-                     "busbw_GBps": _value(cells[where["busbw"]]),
-                     "wrong": math.nan if where["wrong_is_error"] else raw_wrong,
-                     "max_error": raw_wrong if where["wrong_is_error"] else math.nan, "in_place": half == 1})
+        raw_wrong = _value(cells[at["wrong"]])
+        t, alg, bus = cells[at["time"]], cells[at["algbw"]], cells[at["busbw"]]
+        rows.append({**base, "time_us": _value(t) * scale, "algbw_GBps": _value(alg), "busbw_GBps": _value(bus),
+                     "wrong": math.nan if at["wrong_is_error"] else raw_wrong,
+                     "max_error": raw_wrong if at["wrong_is_error"] else math.nan, "in_place": half == 1,
+                     "_dt": _half_unit(t) * scale, "_dalg": _half_unit(alg), "_dbus": _half_unit(bus),
+                     "_cputime": at["cputime"]})
     return rows
 
 
@@ -193,59 +262,256 @@ _CHECKED = (("size_bytes", "size"), ("count", "count"), ("time_us", "time"), ("a
             ("busbw_GBps", "busbw"), ("wrong", "#wrong"))
 
 
+def _where(row: dict) -> str:
+    line = f" at line {row['_line']}" if row.get("_line") else ""
+    return f"the nccl-tests row{line} ({str(row.get('_text', row['size_bytes']))[:140]!r})"
+
+
 def _check_rows(rows: list[dict]) -> None:
-    """LabInputError naming the column for a negative or infinite number (N/A, NaN pass)."""
+    """LabInputError naming the row for a number no run prints: a negative or infinite cell, a time
+    that is not > 0, a bandwidth that is not a number, a size over MAX_SIZE_BYTES (N/A #wrong passes)."""
     for row in rows:
         for key, column in _CHECKED:
             value = row[key]
             if isinstance(value, float) and math.isnan(value):
+                if key in ("time_us", "algbw_GBps", "busbw_GBps"):
+                    raise LabInputError(f"{column} is not a number in {_where(row)}; nccl-tests prints a time > 0 "
+                                        "and finite bandwidths for every row")
                 continue
             if value < 0 or math.isinf(value):
-                raise LabInputError(f"{column}={value!r} in the nccl-tests row of size {row['size_bytes']} is "
-                                    "outside the allowed range [0, inf)")
+                raise LabInputError(f"{column}={value!r} in {_where(row)} is outside the allowed range [0, inf)")
+        if not row["time_us"] > 0:
+            raise LabInputError(f"time=0 in {_where(row)}: nccl-tests prints a time > 0 us for every size")
+        if row["size_bytes"] > MAX_SIZE_BYTES:
+            raise LabInputError(f"size={row['size_bytes']} in {_where(row)} is outside the allowed range "
+                                f"[0, {MAX_SIZE_BYTES}] bytes (1 PiB)")
 
 
-def _log_meta(lines: list[str]) -> tuple[dict, dict]:
-    """What the log says about itself: program, devices, NCCL version, summary lines (the "Avg bus
-    bandwidth" line as printed, `avg_busbw_text`), and the raw evidence of the world size."""
-    meta = {"program": None, "devices": [], "nccl_version": None, "avg_busbw_GBps": math.nan, "avg_busbw_text": None,
-            "out_of_bounds": None, "format": "text"}
-    ranks, pids, evidence = {}, set(), {"per_process": {}, "exact": {}}
-    for line in (ln.strip() for ln in lines):
-        program, rank, avg = _PROGRAM.search(line), _RANK_LINE.match(line), _AVG.match(line)
-        oob, version = _OOB.match(line), _NCCL_VERSION.search(line)
-        header, info = _HEADER_GPUS.match(line), _INFO_NRANKS.search(line)
-        if program and meta["program"] is None:
-            meta["program"] = program.group(0)
-        if program and not line.startswith("#"):
-            gpus, threads = _COMMAND_GPUS.search(line), _COMMAND_THREADS.search(line)
-            if gpus:
-                evidence["per_process"].setdefault(f"-g {gpus.group(1)} on the command line",
-                                                   int(gpus.group(1)) * int(threads.group(1) if threads else 1))
-        if header:
-            evidence["per_process"].setdefault(f"nThread {header.group(1)} nGpus {header.group(2)} in the header",
-                                               int(header.group(1)) * int(header.group(2)))
-        if info:
-            n = int(info.group(2))
+# --- each row's arithmetic, as nccl-tests computes it -------------------------------------------------
+
+def nccl_tests_bus_factor(op: str, n: int) -> float:
+    """busbw / algbw as each op's *_GetBw in nccl-tests: 2(N-1)/N all_reduce; (N-1)/N all_gather,
+    reduce_scatter, alltoall, gather, scatter; 1 broadcast, reduce, sendrecv, hypercube."""
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "alltoall", "gather", "scatter"):
+        return (n - 1) / n
+    return 1.0
+
+
+def _conventions(op: str, n: int | None) -> list[tuple[float, float]]:
+    """(algbw / (size/time), busbw / algbw) pairs a version of nccl-tests printed for `op` on N ranks:
+    today's (1, factor); hypercube's ((N-1)/N, 1); and, before nccl-tests 2.6, ((N-1)/N, 1) for the
+    per-rank ops. [] when N is unknown and the op's numbers depend on it."""
+    if op in ("broadcast", "reduce", "sendrecv"):
+        return [(1.0, 1.0)]
+    if n is None or op not in PROGRAMS:
+        return []
+    share = (n - 1) / n
+    if op == "hypercube":
+        return [(share, 1.0)]
+    found = [(1.0, nccl_tests_bus_factor(op, n))]
+    if op in PER_RANK_OPS:
+        found.append((share, 1.0))
+    return found
+
+
+def _count_world(rows: list[dict], op: str) -> tuple[int | None, str]:
+    """N from size = count x type size x N (the per-rank ops), after checking every row's count;
+    LabInputError naming the first row whose count does not match its size and type."""
+    found = None
+    for row in rows:
+        width = TYPE_BYTES.get(row["_type"])
+        size, count = row["size_bytes"], row["count"]
+        if width is None:
+            continue
+        if (size == 0) != (count == 0):
+            raise LabInputError(f"count={count} does not match size={size} in {_where(row)}: nccl-tests prints "
+                                "count = size / type size (0 with 0)")
+        if count == 0:
+            continue
+        per = count * width
+        if op in PER_RANK_OPS or op not in PROGRAMS:
+            if size % per:
+                raise LabInputError(f"count={count} does not match size={size} in {_where(row)}: size / (count x "
+                                    f"{width} bytes of {row['_type']}) is not a whole number of ranks")
+            if op in PER_RANK_OPS:
+                n = size // per
+                if found is not None and n != found[0]:
+                    raise LabInputError(f"count={count} does not match size={size} in {_where(row)}: it says {n} "
+                                        f"ranks where the row at line {found[1]['_line']} says {found[0]}")
+                found = found or (n, row)
+        elif size != per:
+            raise LabInputError(f"count={count} does not match size={size} in {_where(row)}: {op} prints count = "
+                                f"size / {width} bytes of {row['_type']} = {size / width:g}")
+    return (found[0], "size / (count x type size)") if found else (None, "")
+
+
+def _check_arithmetic(rows: list[dict], op: str, world: int | None) -> None:
+    """LabInputError naming the first row whose algbw is not size / time or whose busbw is not
+    algbw x the op's factor, beyond the rounding of the printed numbers (half a unit of each one's
+    last digit, the time's carried through size / time)."""
+    for row in rows:
+        size, t, alg, bus = row["size_bytes"], row["time_us"], row["algbw_GBps"], row["busbw_GBps"]
+        d_alg, d_bus = row.get("_dalg", _JSON_HALF_UNIT), row.get("_dbus", _JSON_HALF_UNIT)
+        raw = size / (t * 1e3)  # GB/s: nccl-tests' bytes / 1e9 / seconds
+        d_raw = raw * row.get("_dt", _JSON_HALF_UNIT) / t
+        if op not in PROGRAMS:
+            if alg > raw + d_raw + d_alg + 1e-6 * raw:
+                raise LabInputError(f"algbw={alg:g} GB/s in {_where(row)} is above size / time = {raw:.6g} GB/s "
+                                    "(nccl-tests prints algbw <= size / time / 1e3)")
+            continue
+        conventions = _conventions(op, world)
+        if not conventions:
+            top = 2.0 if op == "all_reduce" else 1.0  # the factor's bound over every N
+            if op in RATIO_OPS + PER_RANK_OPS and bus > top * alg + d_bus + top * d_alg:
+                raise LabInputError(f"busbw={bus:g} GB/s in {_where(row)} is above {top:g} x algbw = {top * alg:.6g} "
+                                    f"GB/s, more than the bus factor of {op} on any number of ranks")
+            continue
+        alg_ok = [(a, b) for a, b in conventions if row.get("_cputime") or abs(alg - a * raw) <= a * d_raw + d_alg
+                  + 1e-6 * raw]
+        if not alg_ok:
+            a = conventions[0][0]
+            raise LabInputError(f"algbw={alg:g} GB/s in {_where(row)} contradicts size / time = {a * raw:.6g} GB/s "
+                                f"(nccl-tests: algbw = size / time / 1e3, printed to the rounding of its digits)")
+        if not any(abs(bus - b * alg) <= d_bus + b * d_alg + 1e-6 * alg for _, b in alg_ok):
+            b = alg_ok[0][1]
+            n = f" on {world} ranks" if world else ""
+            raise LabInputError(f"busbw={bus:g} GB/s in {_where(row)} is not algbw x {b:.4g} = {b * alg:.6g} GB/s, the "
+                                f"bus factor of {op}{n} (nccl-tests: busbw = algbw x factor)")
+
+
+# --- the whole log ------------------------------------------------------------------------------------
+
+def _launcher_processes(line: str) -> tuple[str, int] | None:
+    """('mpirun -np 2', 2) from a command line that runs a *_perf binary under a launcher."""
+    found = _LAUNCHER.search(line)
+    if not found or found.start() > line.find("_perf"):
+        return None
+    head = line[found.start():line.find("_perf")]
+    if found.group(1) == "srun":
+        tasks, nodes, per = _SRUN_TASKS.search(head), _SRUN_NODES.search(head), _SRUN_PER_NODE.search(head)
+        if tasks:
+            return f"srun -n {tasks.group(1)}", int(tasks.group(1))
+        if nodes and per:
+            return (f"srun --nodes {nodes.group(1)} --ntasks-per-node {per.group(1)}",
+                    int(nodes.group(1)) * int(per.group(1)))
+        return None
+    procs = _MPI_PROCS.search(head)
+    return (f"{found.group(1)} -np {procs.group(1)}", int(procs.group(1))) if procs else None
+
+
+class _Meta:
+    """What the log says about itself, gathered line by line: program, devices, NCCL version,
+    summary lines (the "Avg bus bandwidth" line as printed, `avg_busbw_text`), and the raw
+    evidence of the world size."""
+
+    def __init__(self):
+        self.meta = {"program": None, "devices": [], "nccl_version": None, "avg_busbw_GBps": math.nan,
+                     "avg_busbw_text": None, "out_of_bounds": None, "format": "text"}
+        self.ranks, self.rank_pids, self.pids = {}, {}, set()
+        self.header, self.command, self.launcher, self.info = None, None, None, {}
+        self.plain_command = False
+
+    def seen(self) -> bool:
+        """Whether a line only nccl-tests prints (its program's name, nThread, a rank line) was read."""
+        return bool(self.meta["program"] or self.header or self.ranks)
+
+    def command_line(self, line: str) -> None:
+        program = _PROGRAM.search(line)
+        if not program:
+            return
+        if self.meta["program"] is None:
+            self.meta["program"] = program.group(0)
+        if line.lstrip().startswith("#"):
+            return
+        gpus, threads = _COMMAND_GPUS.search(line), _COMMAND_THREADS.search(line)
+        if self.command is None:
+            self.command = (int(gpus.group(1)) if gpus else None, int(threads.group(1)) if threads else None)
+        launcher = _launcher_processes(line)
+        if launcher and self.launcher is None:
+            self.launcher = launcher
+        elif not _LAUNCHER.search(line) and re.match(r"^\s*(?:\S*[$#]\s+)?\S*_perf", line):
+            self.plain_command = True  # the binary itself started the run: one process
+
+    def line(self, s: str) -> None:
+        if "_perf" in s:
+            self.command_line(s)
+        if "nThread" in s:
+            header = _HEADER_GPUS.match(s)
+            if header and self.header is None:
+                self.header = (int(header.group(1)), int(header.group(2)))
+        if "Rank" in s:
+            rank = _RANK_LINE.match(s)
+            if rank:
+                r, pid = int(rank.group(1)), (rank.group(2), rank.group(3))
+                if r > MAX_RANKS:
+                    raise LabInputError(f"the rank line {s.strip()[:100]!r} names rank {r}, outside the allowed "
+                                        f"range [0, {MAX_RANKS}]")
+                self.rank_pids.setdefault(r, set()).add(pid)
+                self.ranks[r] = rank.group(6).strip()
+                self.pids.add(pid)
+        if "NCCL" in s or "nccl-library" in s:
+            version = _NCCL_VERSION.search(s)
+            if version and self.meta["nccl_version"] is None:
+                self.meta["nccl_version"] = version.group(1) or version.group(2)
+            info = _INFO_NRANKS.search(s)
+            if info:
+                self.info.setdefault(int(info.group(2)), True)
+        if "Avg bus" in s:
+            avg = _AVG.match(s)
+            if avg:
+                self.meta["avg_busbw_GBps"] = float(avg.group(1))
+                self.meta["avg_busbw_text"] = avg.group(1)
+        if "Out of bounds" in s:
+            oob = _OOB.match(s)
+            if oob:
+                self.meta["out_of_bounds"] = int(oob.group(1))
+
+    def evidence(self) -> dict:
+        """The world size's sources: `exact` ({name: N}), `per_process` ({name: ranks per process}),
+        `ranks`, `processes`, whether the log shows one process (`single`) or several that each ran
+        alone (`independent`: a rank 0 line from each, nccl-tests built without MPI=1)."""
+        self.meta["devices"] = [self.ranks[r] for r in sorted(self.ranks)]
+        independent = len(self.rank_pids.get(0, ())) if len(self.rank_pids.get(0, ())) > 1 else 0
+        evidence = {"per_process": {}, "exact": {}, "ranks": sorted(self.ranks), "processes": len(self.pids),
+                    "independent": independent}
+        threads, gpus = self.header or (None, None)
+        for name, value in (("nThread", threads), ("nGpus", gpus)):
+            if value is not None and not 1 <= value <= MAX_GPUS_PER_PROCESS:
+                raise LabInputError(f"the header's {name} {value} is outside the allowed range [1, "
+                                    f"{MAX_GPUS_PER_PROCESS}] (GPUs and threads of one process)")
+        if self.header:
+            evidence["per_process"][f"nThread {threads} nGpus {gpus} in the header"] = threads * gpus
+        cmd_gpus, cmd_threads = self.command or (None, None)
+        if cmd_gpus is not None:
+            if not 1 <= cmd_gpus <= MAX_GPUS_PER_PROCESS:
+                raise LabInputError(f"-g {cmd_gpus} on the command line is outside the allowed range "
+                                    f"[1, {MAX_GPUS_PER_PROCESS}] (GPUs per process)")
+            evidence["per_process"][f"-g {cmd_gpus} on the command line"] = cmd_gpus * (cmd_threads or threads or 1)
+        per = (cmd_gpus or gpus or 1) * (cmd_threads or threads or 1)
+        if self.launcher and not independent:
+            name, procs = self.launcher
+            if not 1 <= procs * per <= MAX_RANKS:
+                raise LabInputError(f"{name} x {per} GPUs per process is outside the allowed range [1, {MAX_RANKS}]")
+            evidence["exact"][f"{name} x {per} GPU{'s' if per > 1 else ''} per process"] = procs * per
+        for n in self.info:
+            if not 1 <= n <= MAX_RANKS:
+                raise LabInputError(f"NCCL INFO nranks {n} is outside the allowed range [1, {MAX_RANKS}]")
             evidence["exact"].setdefault(f"NCCL INFO nranks {n}", n)
-        if rank:
-            ranks[int(rank.group(1))] = rank.group(5).strip()
-            pid = _RANK_PID.search(line)
-            pids.add((pid.group(1) if pid else "?", rank.group(2)))
-        if avg:
-            meta["avg_busbw_GBps"] = float(avg.group(1))
-            meta["avg_busbw_text"] = avg.group(1)
-        if oob:
-            meta["out_of_bounds"] = int(oob.group(1))
-        if version and meta["nccl_version"] is None:
-            meta["nccl_version"] = version.group(1) or version.group(2)
-    meta["devices"] = [ranks[r] for r in sorted(ranks)]
-    evidence["ranks"], evidence["processes"] = sorted(ranks), len(pids)
-    return meta, evidence
+        evidence["single"] = bool(independent) or len(self.pids) == 1 or (self.plain_command and not self.launcher
+                                                                            and len(self.pids) <= 1)
+        return evidence
 
 
 def _is_row_start(cells: list[str]) -> bool:
     return len(cells) >= 4 and bool(_NUMBER.match(cells[0]) and _NUMBER.match(cells[1])) and cells[2].lower() in _TYPES
+
+
+def _clean(raw: str) -> str:
+    """A line without its launcher prefix and with a web page's escaped '\\#' put back."""
+    s = _PREFIX.sub("", raw, count=1) if raw[:1] in "[ \t0123456789" else raw
+    return s.replace("\\#", "#", 1) if s[:2] == "\\#" or s.lstrip()[:2] == "\\#" else s
 
 
 def parse_text(text: str, op: str | None = None, nranks: int | None = None) -> NcclTestsLog:
@@ -253,35 +519,65 @@ def parse_text(text: str, op: str | None = None, nranks: int | None = None) -> N
 
     The header line gives the columns (and where each ends); rows are lines starting with
     size, count and type. A row cut short by other output waits for a line of numbers only.
+    One pass with a few substring tests per line that can be no row, so a long file of other
+    text is refused in linear time.
     """
-    lines = [_PREFIX.sub("", raw, count=1) for raw in text.splitlines()]
-    meta, evidence = _log_meta(lines)
-    world = math.nan
-    found_op = op or _op_from_program(meta["program"])
-    columns, ends, pending, rows = None, None, None, []
-    for line in lines:
-        if line.strip().startswith("#"):
-            columns, ends = _header_columns(line.rstrip()) or (columns, ends)
+    meta = _Meta()
+    layout, ends, pending, rows, command = None, None, None, [], ""
+    for number, raw in enumerate(text.splitlines(), 1):
+        if number > MAX_LINES_BEFORE_OUTPUT and not (rows or layout or meta.seen()):
+            raise LabInputError(f"no nccl-tests output in the first {MAX_LINES_BEFORE_OUTPUT} lines (no header, "
+                                "rank line or result row, which nccl-tests prints before NCCL's own lines): "
+                                "is this an nccl-tests log?")
+        s = _clean(raw)
+        stripped = s.strip()
+        if not stripped:
             continue
-        cells = _cells(line.rstrip(), ends)
+        if stripped.endswith("\\"):  # a command line continued on the next line
+            command += stripped[:-1] + " "
+            continue
+        if command:
+            meta.line(command + stripped)
+            command = ""
+            continue
+        if not (stripped[0].isdigit() or stripped[0] == "-" and stripped[1:2].isdigit()):  # no row: other text
+            if "size" in stripped or "bytes" in stripped:
+                found = _header_columns(stripped if stripped[0] == "#" else "# " + stripped)
+                if found:
+                    shift = len(s) - len(s.lstrip()) - (0 if stripped[0] == "#" else 2)
+                    layout, ends = _Layout(found[0], found[2]), [e + shift for e in found[1]]
+                    continue
+            meta.line(s)
+            continue
+        if "NCCL" in s:
+            meta.line(s)
+        if "[" in s:
+            s = _INNER_TAG.sub(lambda m: " " * len(m.group(0)), s)
+        cells = _cells(s.rstrip(), ends)
         if pending is not None and not _is_row_start(cells):
-            tokens = line.split()
-            if not tokens or not all(_NUMBER.match(t) or t.upper() == "N/A" for t in tokens):
+            tokens = s.split()
+            if not all(_NUMBER.match(t) or t.upper() == "N/A" for t in tokens):
                 continue  # a stray line inside a row: keep waiting for the rest of the row
-            cells, pending = pending + tokens, None
-        elif pending is not None:  # a new row began: the cut one never got its numbers
-            rows.extend(_rows_from_cells(pending, columns or _guess_columns(pending), found_op, world))
+            cells, row_layout, where = pending[0] + tokens, pending[1], pending[2]
             pending = None
-        if not _is_row_start(cells):
+        else:
+            if pending is not None:  # a new row began: the cut one never got its numbers
+                rows.extend(_rows_from_cells(*pending))
+                pending = None
+            if not _is_row_start(cells):
+                continue
+            row_layout, where = layout or _Layout(_guess_columns(cells)), (number, raw.strip())
+            cells = _fill_blank_redop(cells, row_layout.columns)
+        if len(cells) < _needed(row_layout.columns):
+            pending = (cells, row_layout, where)  # cut by other output; its numbers follow on a later line
             continue
-        cols = columns or _guess_columns(cells)
-        if len(cells) < _needed(cols):
-            pending = cells  # the row was cut by other output; its numbers follow on a later line
-            continue
-        rows.extend(_rows_from_cells(cells, cols, found_op, world))
+        rows.extend(_rows_from_cells(cells, row_layout, where))
     if pending is not None:
-        rows.extend(_rows_from_cells(pending, columns or _guess_columns(pending), found_op, world))
-    return _finish(rows, found_op, evidence, meta, nranks)
+        rows.extend(_rows_from_cells(*pending))
+    found_op = op or _op_from_program(meta.meta["program"])
+    for row in rows:
+        row["op"] = found_op
+    return _finish(rows, found_op, meta.evidence(), meta.meta, nranks)
 
 
 def _finish(rows: list[dict], op: str, evidence: dict, meta: dict, nranks: int | None = None) -> NcclTestsLog:
@@ -289,11 +585,25 @@ def _finish(rows: list[dict], op: str, evidence: dict, meta: dict, nranks: int |
         raise LabInputError("no nccl-tests result rows found (expected lines such as "
                             "'     1048576        262144     float     sum      -1   ...')")
     _check_rows(rows)
+    from_count, name = _count_world(rows, op)
+    if from_count is not None:
+        if not 1 <= from_count <= MAX_RANKS:
+            raise LabInputError(f"world size: {name} says {from_count} ranks, outside the allowed range [1, "
+                                f"{MAX_RANKS}]")
+        evidence["exact"][name] = from_count
     decided, why = decide_world_size(evidence, rows, op, nranks)
+    if decided is not None and "one process assumed" in why:
+        try:  # a guess, not a source: kept only where every row's numbers fit it
+            _check_arithmetic(rows, op, decided)
+        except LabInputError:
+            decided, why = None, "unknown: no source in the log gives the rank count (give --nranks)"
+    _check_arithmetic(rows, op, decided)
     world = math.nan if decided is None else float(decided)
     for row in rows:
         row["world_size"] = world
     meta["world_size_source"] = why
+    if evidence.get("independent"):
+        meta["independent_runs"] = evidence["independent"]
     frame = pd.DataFrame(rows, columns=COLUMNS + ["max_error"])
     frame["world_size"] = frame["world_size"].astype(float) if math.isnan(world) else int(world)
     meta.update(op=op, world_size=None if math.isnan(world) else int(world), source="nccl-tests")
@@ -331,15 +641,18 @@ def _parse_json(doc: dict, op: str | None, nranks: int | None) -> NcclTestsLog:
     devices = (config.get("devices") if isinstance(config, dict) else None) or []
     if not isinstance(devices, list):
         raise TypeError("config.devices is not a list")
-    evidence = {"per_process": {}, "exact": {f"{len(devices)} config.devices": len(devices)} if devices else {}}
+    evidence = {"per_process": {}, "exact": {f"{len(devices)} config.devices": len(devices)} if devices else {},
+                "single": True}
     rows = []
-    for rec in doc["results"]:
+    for i, rec in enumerate(doc["results"]):
         if not isinstance(rec, dict):
             raise TypeError(f"a result record is {type(rec).__name__}, not an object")
         root = str(rec.get("root", -1)).strip() or "-1"
         base = {"op": found_op, "size_bytes": _whole(rec["size"], "size"), "count": _whole(rec["count"], "count"),
                 "dtype": _dtype(str(rec.get("type", ""))), "redop": str(rec.get("redop", "none")).strip(),
-                "root": _whole(root, "root"), "world_size": math.nan, "backend": "nccl"}
+                "root": _whole(root, "root"), "world_size": math.nan, "backend": "nccl",
+                "_type": str(rec.get("type", "")).lower()}
+        base["_text"] = f"results[{i}]: size {base['size_bytes']} count {base['count']} {base['_type']}"
         for half, key in enumerate(("out_of_place", "in_place")):
             part = rec.get(key)
             if not part:
@@ -349,7 +662,7 @@ def _parse_json(doc: dict, op: str | None, nranks: int | None) -> NcclTestsLog:
             t = part.get("time", part.get("cpu_time"))
             rows.append({**base, "time_us": _json_float(t), "algbw_GBps": _json_float(part.get("alg_bw")),
                          "busbw_GBps": _json_float(part.get("bus_bw")), "wrong": _json_float(part.get("nwrong")),
-                         "max_error": math.nan, "in_place": half == 1})
+                         "max_error": math.nan, "in_place": half == 1, "_cputime": "time" not in part})
     avg = (doc.get("average_bus_bandwidth") or {}).get("bandwidth")
     meta = {"program": program,
             "devices": [d.get("device_info", "") if isinstance(d, dict) else str(d) for d in devices],
@@ -373,6 +686,7 @@ def parse_nccl_tests(path_or_text, op: str | None = None, nranks: int | None = N
 
     `op` names the collective when the log does not (one of PROGRAMS); `nranks` is the world size
     when the log does not say it, and must agree with every source that does (`decide_world_size`).
+    A file is read through `labutils.readers.sources.read_text` (regular files only, its size cap).
     """
     if op is not None:
         check_choice("op", op, PROGRAMS)
@@ -397,21 +711,23 @@ def parse_nccl_tests(path_or_text, op: str | None = None, nranks: int | None = N
 
 # --- the world size -------------------------------------------------------------------------------
 
-def _bandwidth_pairs(rows: list[dict]) -> list[tuple[float, float]]:
-    """(algbw, busbw) of every row that printed both as finite numbers, algbw > 0."""
-    return [(r["algbw_GBps"], r["busbw_GBps"]) for r in rows
+def _slack(v: float) -> float:
+    return max(0.0051, 6e-4 * abs(v))  # 2 decimals, or 4 significant figures
+
+
+def _bandwidth_pairs(rows: list[dict]) -> list[tuple[float, float, float, float]]:
+    """(algbw, busbw, their rounding) of every row that printed both as finite numbers, algbw > 0;
+    the rounding is half a unit of each one's last printed digit (else 2 decimals or 4 figures)."""
+    return [(r["algbw_GBps"], r["busbw_GBps"], r.get("_dalg", _slack(r["algbw_GBps"])) + 1e-9,
+             r.get("_dbus", _slack(r["busbw_GBps"])) + 1e-9) for r in rows
             if all(isinstance(v, (int, float)) and math.isfinite(v) for v in (r["algbw_GBps"], r["busbw_GBps"]))
             and r["algbw_GBps"] > 0]
 
 
-def _fits(pairs: list[tuple[float, float]], op: str, n: int) -> bool:
-    """Whether busbw = algbw * factor(n) on every pair, within the columns' rounding (2 decimals,
-    or 4 significant figures)."""
-    def slack(v):
-        return max(0.0051, 6e-4 * abs(v))
-
+def _fits(pairs: list[tuple[float, float, float, float]], op: str, n: int) -> bool:
+    """Whether busbw = algbw * factor(n) on every pair, within the columns' rounding."""
     factor = bus_factor(op, n)
-    return all(abs(a * factor - b) <= slack(b) + factor * slack(a) for a, b in pairs)
+    return all(abs(a * factor - b) <= db + factor * da for a, b, da, db in pairs)
 
 
 def _n_from_ratio(rows: list[dict], op: str) -> int | None:
@@ -422,7 +738,7 @@ def _n_from_ratio(rows: list[dict], op: str) -> int | None:
     pairs = _bandwidth_pairs(rows)
     if not pairs:
         return None
-    alg, bus = max(pairs)
+    alg, bus = max(pairs)[:2]
     ratio = bus / alg
     top = 2.0 if op == "all_reduce" else 1.0
     if not 0 <= ratio < top:
@@ -449,25 +765,31 @@ def decide_world_size(evidence: dict, rows: list[dict], op: str, nranks: int | N
     """(N, which source decided and which agree) from every source a log has; LabInputError when
     two disagree.
 
-    Sources: `nranks` (the caller's override), NCCL INFO's `nranks` (exact), the header's nThread x
-    nGpus and the command line's -g (ranks per process: the world size for one process, a multiple
-    of it across processes), the busbw/algbw ratio (exact where it singles out one N) and the `# Rank`
-    lines (a lower bound: a log cut to its tail keeps only some; the world size only when nothing
-    else speaks).
+    Sources: `nranks` (the caller's override), NCCL INFO's `nranks`, the launcher's process count x
+    GPUs per process (`mpirun -np 2 ... -g 1` is 2 ranks), size / (count x type size) for the
+    per-rank ops (all exact); the header's nThread x nGpus and the command line's -g are ranks *per
+    process*: the world size only where the log shows one process (one Pid on its rank lines, the
+    binary run without a launcher, or processes that each ran alone), else a divisor of it; the
+    busbw/algbw ratio (exact where it singles out one N) and the `# Rank` lines (a lower bound: a
+    log cut to its tail keeps only some; the world size only when nothing else speaks). Last, with
+    nothing else, the ranks of one process.
     """
     exact: list[tuple[str, int]] = []
     if nranks is not None:
         exact.append(("--nranks", nranks))
     exact += list(evidence.get("exact", {}).items())
     per_process = evidence.get("per_process", {})
-    multi = evidence.get("processes", 0) > 1
-    if not multi:
+    single = evidence.get("single", evidence.get("processes", 0) <= 1)
+    if single:
         exact += [(name, n) for name, n in per_process.items()]
     ratio_n = _n_from_ratio(rows, op)
     if ratio_n is not None:
         exact.append(("busbw/algbw", ratio_n))
     ranks = evidence.get("ranks", [])
     at_least = max(len(ranks), ranks[-1] + 1) if ranks else 0
+    alone = evidence.get("independent", 0)
+    note = (f"; {alone} processes each ran alone (a rank 0 line from each: nccl-tests built without MPI=1)"
+            if alone else "")
 
     def says(name, n):
         return f"{name} says {n}"
@@ -478,6 +800,7 @@ def decide_world_size(evidence: dict, rows: list[dict], op: str, nranks: int | N
         if clash:
             raise LabInputError(f"world size: the log disagrees with itself: {says(name, world)}, "
                                 + ", ".join(says(m, n) for m, n in clash)
+                                + " (-g and nGpus count the GPUs of one process)"
                                 + "; give the true rank count with --nranks only if the log is yours and complete")
         if world < at_least:
             raise LabInputError(f"world size: {says(name, world)} but the log lists a # Rank line for rank "
@@ -487,9 +810,13 @@ def decide_world_size(evidence: dict, rows: list[dict], op: str, nranks: int | N
             raise LabInputError(f"world size: {says(name, world)} but {bad[0][0]} ({bad[0][1]} ranks per process) "
                                 "does not divide it")
         agree = [m for m, _ in exact[1:]] + (["# Rank lines"] if ranks else [])
-        return world, name + (f" (agrees: {', '.join(agree)})" if agree else "")
+        return world, name + (f" (agrees: {', '.join(agree)})" if agree else "") + note
     if _ranks_tell(ranks, rows, op):
         return len(ranks), f"{len(ranks)} # Rank lines (nothing else in the log gives the rank count)"
+    values = set(per_process.values())
+    if len(values) == 1 and min(values) >= at_least:
+        name, world = next(iter(per_process.items()))
+        return world, f"{name}, one process assumed (nothing else in the log gives the rank count)"
     return None, "unknown: no source in the log gives the rank count (give --nranks)"
 
 
