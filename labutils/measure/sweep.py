@@ -44,13 +44,15 @@ from labutils.measure.launch import (
     MAX_TIMEOUT_S,
     BackendChoice,
     RankError,
+    cpu_name,
     cuda_device_count,
     free_memory_bytes,
     gpu_names,
+    job_env,
     ranks_per_gpu,
     resolve_backend,
     run_this_rank,
-    torchrun_env,
+    with_places,
 )
 from labutils.measure.my_link import load_link, save_link
 from labutils.measure.placement import check_local_ranks, machine_placement
@@ -65,17 +67,6 @@ class WrongResultError(RuntimeError):
     def __init__(self, message: str, result: "SweepResult"):
         super().__init__(message)
         self.result = result
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def topology_text() -> str | None:
@@ -94,14 +85,26 @@ def _versions() -> dict:
     return {"torch_version": torch.__version__, "nccl_version": nccl}
 
 
-def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", **settings) -> dict:
-    """Where and how a sweep ran: host, devices, versions, topology when known, UTC date, settings."""
-    if device == "cuda":
+def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", places: list[dict] | None = None,
+               **settings) -> dict:
+    """Where and how a sweep ran: host, devices, versions, topology when known, UTC date, settings.
+
+    `places` (launch.with_places: each rank's host, node and device name, read in the rank) name
+    every rank's device and host across nodes: `hosts` (in the order of their first rank), `nodes`
+    (their count), `rank_hosts`; without them every rank is on this host, rank r on GPU r % count.
+    `topology` is this host's (rank 0's) `nvidia-smi topo -m`."""
+    host = socket.gethostname().split(".")[0]
+    if places:
+        devices = [p["device_name"] for p in places]
+        rank_hosts = [p["host"] for p in places]
+    elif device == "cuda":
         names = gpu_names(max(1, cuda_device_count()))  # NVML: no CUDA context in the launching process
-        devices = [names[r % len(names)] for r in range(world_size)]
+        devices, rank_hosts = [names[r % len(names)] for r in range(world_size)], [host] * world_size
     else:
-        devices = [f"cpu: {_cpu_name()}"] * world_size
-    return {"host": socket.gethostname().split(".")[0], "devices": devices, "backend": backend, "device": device,
+        devices, rank_hosts = [f"cpu: {cpu_name()}"] * world_size, [host] * world_size
+    hosts = list(dict.fromkeys(rank_hosts))
+    return {"host": rank_hosts[0] if rank_hosts else host, "hosts": hosts, "nodes": len(hosts),
+            "rank_hosts": rank_hosts, "devices": devices, "backend": backend, "device": device,
             "world_size": world_size, **_versions(), "topology": topology_text() if device == "cuda" else None,
             "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "backend_reason": reason, "python": platform.python_version(), **settings}
@@ -169,8 +172,8 @@ class SweepConfig:
 @dataclass(frozen=True)
 class SweepPlan:
     """A SweepConfig checked and resolved: the ops and sizes, the ranks (`world` in all, `local` on
-    this machine), the backend chosen, the timeout; `torchrun` holds RANK/WORLD_SIZE/... when this
-    process is one rank of a torchrun job, else None."""
+    this machine), the backend chosen, the timeout; `torchrun` holds the job's variables when this
+    process is one rank of a job launched from outside (launch.job_env: torchrun's or srun's), else None."""
 
     config: SweepConfig
     ops: tuple[str, ...]
@@ -190,7 +193,8 @@ class SweepPlan:
 
 def plan_sweep(config: SweepConfig) -> SweepPlan:
     """Check every input of `config` before a rank starts (LabInputError naming the parameter) and
-    resolve the ranks, the backend and the timeout."""
+    resolve the ranks, the backend and the timeout. Under torchrun or srun (`job_env`) the world is
+    the job's and `local` its ranks on this node; `config.nproc` is then not used (no rank spawns more)."""
     ops = (config.op,) if isinstance(config.op, str) else tuple(config.op)
     for name in ops:
         check_choice("op", name, OPS)
@@ -203,10 +207,11 @@ def plan_sweep(config: SweepConfig) -> SweepPlan:
     min_iters = check_int("min_iters", config.min_iters, low=1)
     config = replace(config, warmup=check_int("warmup", config.warmup, low=0, high=MAX_WARMUP), min_iters=min_iters,
                      max_iters=check_int("max_iters", config.max_iters, low=min_iters))
-    env = torchrun_env()
+    env = job_env()
     if env:
         world, local = env["world_size"], env["local_world_size"]
-        check_local_ranks(local, oversubscribe=config.oversubscribe, name="LOCAL_WORLD_SIZE")
+        check_local_ranks(local, oversubscribe=config.oversubscribe,
+                          name="LOCAL_WORLD_SIZE" if env["launcher"] == "torchrun" else "SLURM tasks per node")
     else:
         world = local = check_local_ranks(config.nproc, oversubscribe=config.oversubscribe)
     for name in ops:
@@ -225,7 +230,8 @@ def run_sweep(config: SweepConfig | None = None, *, progress: bool = True, raise
     `run_sweep(nproc=2, max_bytes="4M", budget_ms=30)`).
 
     Runs on the kernel's local ranks (labutils.measure.pool.shared_pool), or, when torchrun set
-    RANK/WORLD_SIZE/MASTER_*, runs as this process's rank with WORLD_SIZE ranks; every rank runs `harness.sweep_worker`.
+    RANK/WORLD_SIZE/MASTER_* or srun SLURM_PROCID/NTASKS/LOCALID (launch.job_env), runs as this
+    process's rank of that world; every rank runs `harness.sweep_worker`.
     meta["backend_reason"] says why the backend was chosen. Raises LabInputError on bad input
     (`plan_sweep`, before a rank starts), RankError naming the rank when one fails or hangs, and
     WrongResultError (after the whole sweep) when any element was wrong and `raise_on_wrong`.
@@ -235,8 +241,8 @@ def run_sweep(config: SweepConfig | None = None, *, progress: bool = True, raise
     if on_start is not None:
         on_start(plan.choice)
     started = time.perf_counter()
-    rows = _run_ranks(plan, progress)
-    result = _sweep_result(plan, rows, wall_s=time.perf_counter() - started)
+    rows, places = _run_ranks(plan, progress)
+    result = _sweep_result(plan, rows, wall_s=time.perf_counter() - started, places=places)
     if raise_on_wrong and result.wrong:
         bad = result.frame[result.frame["wrong"] > 0]
         where = ", ".join(f"{o} {format_size(s)}: {w}" for o, s, w in zip(bad["op"], bad["size_bytes"], bad["wrong"]))
@@ -245,27 +251,33 @@ def run_sweep(config: SweepConfig | None = None, *, progress: bool = True, raise
     return result
 
 
-def _run_ranks(plan: SweepPlan, progress: bool) -> list[dict]:
-    """The rows of `sweep_worker` run in every rank (rank 0's copy), with a progress bar on rank 0."""
+def _run_ranks(plan: SweepPlan, progress: bool) -> tuple[list[dict], list[dict]]:
+    """The rows of `sweep_worker` run in every rank (rank 0's copy) and every rank's place
+    (launch.with_places), with a progress bar on rank 0."""
     choice, env = plan.choice, plan.torchrun
     is_main = env is None or env["rank"] == 0
     with rank_progress(len(plan.ops) * len(plan.sizes), f"{'+'.join(plan.ops)} sweep ({choice.backend}, "
                        f"{plan.world} ranks)", progress and is_main, unit="size") as report:
         if env:
-            return run_this_rank(sweep_worker, kwargs=plan.worker_kwargs(), backend=choice.backend,
-                                 device=choice.device, timeout_s=plan.timeout_s, on_report=report)
-        pool = shared_pool(plan.world, choice.backend, choice.device, oversubscribe=plan.config.oversubscribe)
-        return pool.run(sweep_worker, kwargs=plan.worker_kwargs(), timeout_s=plan.timeout_s, on_report=report)[0]
+            out = run_this_rank(with_places, args=(sweep_worker,), kwargs=plan.worker_kwargs(),
+                                backend=choice.backend, device=choice.device, timeout_s=plan.timeout_s,
+                                on_report=report)
+        else:
+            pool = shared_pool(plan.world, choice.backend, choice.device, oversubscribe=plan.config.oversubscribe)
+            out = pool.run(with_places, args=(sweep_worker,), kwargs=plan.worker_kwargs(), timeout_s=plan.timeout_s,
+                           on_report=report)[0]
+    return out["result"], out["places"]
 
 
-def _sweep_result(plan: SweepPlan, rows: list[dict], wall_s: float) -> SweepResult:
+def _sweep_result(plan: SweepPlan, rows: list[dict], wall_s: float, places: list[dict] | None = None) -> SweepResult:
     """The rows as a frame (COLUMNS + SWEEP_EXTRA) and the metadata: where, how and with what settings."""
-    c, choice = plan.config, plan.choice
+    c, choice, env = plan.config, plan.choice, plan.torchrun
     frame = pd.DataFrame(rows, columns=COLUMNS + SWEEP_EXTRA)
-    meta = sweep_meta(choice.backend, choice.device, plan.world, choice.reason, ops=list(plan.ops), dtype=plan.dtype,
-                      min_bytes=plan.sizes[0], max_bytes=plan.sizes[-1], factor=c.factor, warmup=c.warmup,
-                      budget_ms=c.budget_ms, min_iters=c.min_iters, max_iters=c.max_iters,
-                      launcher="torchrun" if plan.torchrun else "spawn",
+    job = {"slurm_job_id": env["job_id"]} if env and env.get("job_id") is not None else {}
+    meta = sweep_meta(choice.backend, choice.device, plan.world, choice.reason, places=places, ops=list(plan.ops),
+                      dtype=plan.dtype, min_bytes=plan.sizes[0], max_bytes=plan.sizes[-1], factor=c.factor,
+                      warmup=c.warmup, budget_ms=c.budget_ms, min_iters=c.min_iters, max_iters=c.max_iters,
+                      launcher=env["launcher"] if env else "spawn", local_world_size=plan.local, **job,
                       cpu_placement=machine_placement(plan.local).explanation, wall_s=round(wall_s, 3),
                       avg_busbw_GBps=float(frame["busbw_GBps"].mean()) if len(frame) else math.nan)
     return SweepResult(frame, meta)
@@ -361,11 +373,12 @@ def ceiling_sentence(label: str, peak_GBps: float, ceiling_GBps: float) -> str:
 def add_cli(subparsers) -> None:
     p = subparsers.add_parser("sweep", help="measure a collective over message sizes (nccl-tests style)",
                               description="Sweep a collective over message sizes and print the nccl-tests table. "
-                                          "Under torchrun, runs as the rank the environment names (rank 0 prints).")
+                                          "Under torchrun or srun, runs as the rank the environment names "
+                                          "(rank 0 prints and saves).")
     p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--nproc", type=int, default=2,
-                   help="local ranks to spawn (ignored under torchrun); at most 2 per core (8 on any machine)")
+                   help="local ranks to spawn (ignored under torchrun and srun); at most 2 per core (8 on any machine)")
     p.add_argument("--oversubscribe", action="store_true",
                    help="allow up to 16 ranks per core (they queue behind each other; times mean little)")
     p.add_argument("--op", default="all_reduce", choices=OPS)
@@ -385,7 +398,7 @@ def add_cli(subparsers) -> None:
 
 
 def _cli_sweep(args) -> int:
-    env = torchrun_env()
+    env = job_env()
     is_main = env is None or env["rank"] == 0
 
     def announce(choice) -> None:
