@@ -91,20 +91,25 @@ def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", pla
 
     `places` (launch.with_places: each rank's host, node and device name, read in the rank) name
     every rank's device and host across nodes: `hosts` (in the order of their first rank), `nodes`
-    (their count), `rank_hosts`; without them every rank is on this host, rank r on GPU r % count.
+    (the distinct host and node index pairs), `rank_hosts`, `rank_nodes`; without them every rank
+    is on this host, rank r on GPU r % count.
     `topology` is this host's (rank 0's) `nvidia-smi topo -m`."""
     host = socket.gethostname().split(".")[0]
     if places:
         devices = [p["device_name"] for p in places]
-        rank_hosts = [p["host"] for p in places]
+        rank_hosts, rank_nodes = [p["host"] for p in places], [p["node"] for p in places]
     elif device == "cuda":
         names = gpu_names(max(1, cuda_device_count()))  # NVML: no CUDA context in the launching process
         devices, rank_hosts = [names[r % len(names)] for r in range(world_size)], [host] * world_size
     else:
         devices, rank_hosts = [f"cpu: {cpu_name()}"] * world_size, [host] * world_size
+    if not places:
+        rank_nodes = [0] * world_size
     hosts = list(dict.fromkeys(rank_hosts))
-    return {"host": rank_hosts[0] if rank_hosts else host, "hosts": hosts, "nodes": len(hosts),
-            "rank_hosts": rank_hosts, "devices": devices, "backend": backend, "device": device,
+    nodes = len(set(zip(rank_hosts, rank_nodes)))  # node ids tell apart "nodes" faked on one host
+    return {"host": rank_hosts[0] if rank_hosts else host, "hosts": hosts, "nodes": nodes,
+            "rank_hosts": rank_hosts, "rank_nodes": rank_nodes, "devices": devices, "backend": backend,
+            "device": device,
             "world_size": world_size, **_versions(), "topology": topology_text() if device == "cuda" else None,
             "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "backend_reason": reason, "python": platform.python_version(), **settings}
