@@ -15,7 +15,8 @@ import pytest
 from labutils.cli import main
 from labutils.core.inputs import LabInputError
 from labutils.measure import slurm
-from labutils.measure.launch import free_port, job_env
+from labutils.measure.launch import free_port
+from labutils.measure.sweep import job_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--min-bytes", "1K", "--max-bytes", "4K", "--budget-ms", "3", "--warmup", "1", "--no-progress"]

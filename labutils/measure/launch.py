@@ -13,7 +13,7 @@ rank first makes one small all-reduce (`preflight_all_reduce`) that must finish 
 seconds, not the whole run's timeout.
 
 A job launched from outside (torchrun, or srun without torchrun: labutils.measure.slurm) runs one
-rank per process (`job_env`, `run_this_rank`): it meets its peers at MASTER_ADDR:MASTER_PORT within
+rank per process (`run_this_rank`): it meets its peers at MASTER_ADDR:MASTER_PORT within
 `RENDEZVOUS_TIMEOUT_S` (an address that does not resolve is refused at once, a peer that never comes
 ends the wait in one line), then runs the collectives under the job's own timeout.
 
@@ -41,7 +41,6 @@ import torch.distributed as dist
 
 from labutils.core.inputs import LabInputError, check_choice, check_int
 from labutils.measure.placement import machine_placement, pin_rank, set_rank_threads
-from labutils.measure.slurm import master_port, slurm_env
 from labutils.readers.nvml import GpuFacts, nvml_facts
 
 BACKENDS = ("auto", "gloo", "nccl")
@@ -384,14 +383,7 @@ def torchrun_env() -> dict | None:
         raise LabInputError("MASTER_ADDR is empty; give the host of rank 0 (torchrun's --master-addr)")
     return {"rank": rank, "world_size": world, "local_rank": local_rank, "local_world_size": local_world,
             "node_rank": node, "nodes": max(1, -(-world // local_world)), "master_addr": addr,
-            "master_port": master_port(os.environ["MASTER_PORT"]), "launcher": "torchrun"}
-
-
-def job_env() -> dict | None:
-    """This process's rank in a job launched from outside: torchrun's variables (`torchrun_env`),
-    else srun's (labutils.measure.slurm.slurm_env: SLURM_PROCID/NTASKS/LOCALID, no torchrun), else
-    None (a process of its own, which spawns its local ranks). Inconsistent variables: LabInputError."""
-    return torchrun_env() or slurm_env()
+            "master_port": _env_int("MASTER_PORT", low=1, high=65535), "launcher": "torchrun"}
 
 
 def _env_int(name: str, low: int, high: int | None = None, default: int | None = None) -> int:
@@ -410,9 +402,9 @@ def _env_int(name: str, low: int, high: int | None = None, default: int | None =
 def run_this_rank(worker: Callable, *, args: tuple = (), kwargs: dict | None = None,
                   backend: str = "gloo", device: str = "cpu", timeout_s: float = 300.0,
                   on_report: Callable[[int, Any], None] | None = None,
-                  rendezvous_timeout_s: float = RENDEZVOUS_TIMEOUT_S):
-    """Under torchrun or srun: join the job as the rank the environment names (`job_env`), run
-    `worker`, return its result.
+                  rendezvous_timeout_s: float = RENDEZVOUS_TIMEOUT_S, env: dict | None = None):
+    """Under torchrun or srun: join the job as the rank `env` names (torchrun's variables when None;
+    labutils.measure.sweep.job_env reads srun's too), run `worker`, return its result.
 
     Single node or several (`torchrun --nnodes 2 ...`, `srun -N 2 --ntasks-per-node 4 ...`). The
     ranks meet at MASTER_ADDR:MASTER_PORT (under srun without them: the first node and the job's
@@ -420,7 +412,7 @@ def run_this_rank(worker: Callable, *, args: tuple = (), kwargs: dict | None = N
     `timeout_s`. The local rank picks the GPU; CPU placement as in `launch`, planned for the local
     world, this one being its local rank.
     """
-    env = job_env()
+    env = torchrun_env() if env is None else env
     if env is None:
         raise LabInputError("not launched by torchrun or srun: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
                             "(or SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID) are unset")

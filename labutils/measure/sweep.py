@@ -51,18 +51,26 @@ from labutils.measure.launch import (
     cuda_device_count,
     free_memory_bytes,
     gpu_names,
-    job_env,
     ranks_per_gpu,
     resolve_backend,
     run_this_rank,
+    torchrun_env,
     with_places,
 )
 from labutils.measure.my_link import load_link, save_link
 from labutils.measure.placement import check_local_ranks, machine_placement
 from labutils.measure.pool import rank_progress, shared_pool
+from labutils.measure.slurm import slurm_env
 from labutils.model.fit import LinkFit, allreduce_ms, fit_alpha_beta
 from labutils.readers.links import LinkFigure, link_figures
 from labutils.readers.sources import run_nvidia_smi
+
+
+def job_env() -> dict | None:
+    """This process's rank in a job launched from outside: torchrun's variables (launch.torchrun_env),
+    else srun's (labutils.measure.slurm.slurm_env: SLURM_PROCID/NTASKS/LOCALID, no torchrun), else
+    None (a process of its own, which spawns its local ranks). Inconsistent variables: LabInputError."""
+    return torchrun_env() or slurm_env()
 
 
 class WrongResultError(RuntimeError):
@@ -270,7 +278,7 @@ def _run_ranks(plan: SweepPlan, progress: bool) -> tuple[list[dict], list[dict]]
         if env:
             out = run_this_rank(with_places, args=(sweep_worker,), kwargs=plan.worker_kwargs(),
                                 backend=choice.backend, device=choice.device, timeout_s=plan.timeout_s,
-                                on_report=report)
+                                on_report=report, env=env)
         else:
             pool = shared_pool(plan.world, choice.backend, choice.device, oversubscribe=plan.config.oversubscribe)
             out = pool.run(with_places, args=(sweep_worker,), kwargs=plan.worker_kwargs(), timeout_s=plan.timeout_s,
