@@ -22,6 +22,7 @@ COMMANDS = {
     "check": "labutils.course.machine",
     "topo": "labutils.readers.topology",
     "sweep": "labutils.measure.sweep",
+    "slurm-script": "labutils.measure.slurm",
     "parse-nccl-tests": "labutils.readers.nccl_tests",
     "doctor": "labutils.doctor.doctor",
     "nccl-transports": "labutils.readers.nccl_debug",

@@ -232,6 +232,10 @@ CASES = [
     (["doctor", "--busbw", "fast"], "busbw"),
     (["doctor", "--busbw", "-3"], "busbw"),
     (["doctor", "--nccl-tests", "/no/such/log"], "nccl_tests"),
+    # the SLURM batch script
+    (["slurm-script", "--nodes", "0", "--gpus-per-node", "4"], "nodes=0"),
+    (["slurm-script", "--nodes", "2", "--gpus-per-node", "4", "--time", "soon"], "time="),
+    (["slurm-script", "--nodes", "2", "--gpus-per-node", "4", "--max-bytes", "1T"], "max_bytes"),
     (["doctor", "--topo", "no_such_sample"], "does not exist"),
     (["lab", "--port", "http"], "port"),
     (["lab", "--port", "70000"], "port"),

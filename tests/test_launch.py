@@ -2,6 +2,7 @@
 rank's device chosen from the GPU count (faked), NCCL differing from gloo on CUDA only in its name."""
 
 import os
+import types
 
 import pytest
 import torch
@@ -197,8 +198,9 @@ def recorded_group(monkeypatch):
 
     groups = []
 
-    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, device_id=None):
-        groups.append({k: v for k, v in locals().items() if k != "device_id" or v is not None})
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
+                           device_id=None):
+        groups.append({k: v for k, v in locals().items() if k not in ("device_id", "store") or v is not None})
     monkeypatch.setattr(dist, "init_process_group", init_process_group)
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
     monkeypatch.delenv("CUDA_DEVICE_ORDER")  # restored (unset) after the test; init_rank sets it
@@ -233,7 +235,11 @@ def test_torchrun_rank_13_of_16_takes_cuda_5(fake_gpus, recorded_group, monkeypa
     for name, value in dict(RANK=13, LOCAL_RANK=5, LOCAL_WORLD_SIZE=8, WORLD_SIZE=16, MASTER_ADDR="10.0.0.1",
                             MASTER_PORT=29500).items():
         monkeypatch.setenv(name, str(value))
+    met = []
+    monkeypatch.setattr(lab_launch, "rendezvous_store", lambda rank, world, timeout_s: met.append(
+        (rank, world, timeout_s)) or types.SimpleNamespace(set_timeout=lambda t: met.append(t.total_seconds())))
     ctx = lab_launch.run_this_rank(lambda ctx: ctx, backend="nccl", device="cuda")
+    assert met == [(13, 16, lab_launch.RENDEZVOUS_TIMEOUT_S), 300.0]  # a short wait to meet, then the job's
     assert (ctx.device, ctx.rank, ctx.world_size, ctx.local_rank) == ("cuda:5", 13, 16, 5)
     assert calls == [("set_device", (5,))] and pinned == [5]
     assert [(g["rank"], g["world_size"], g["device_id"]) for g in recorded_group] == [(13, 16, torch.device("cuda:5"))]
@@ -338,3 +344,65 @@ def test_ranks_make_the_same_collectives_in_order(job):
     assert "all_reduce" in names and ("barrier" in names or "broadcast" in names)
     for o in out:
         assert all(dev == o["device"] for _, devices, _ in o["calls"] for dev in devices)
+
+
+# --- the rendezvous of a launched job: MASTER_PORT and MASTER_ADDR checked, a short wait of its own ---------------
+
+@pytest.mark.parametrize("port, needle", [("abc", "MASTER_PORT='abc' is not a whole number"),
+                                          ("99999", "MASTER_PORT=99999 is outside the allowed range [1, 65535]"),
+                                          ("0", "MASTER_PORT=0 is outside"), ("-1", "MASTER_PORT=-1 is outside")])
+def test_a_bad_master_port_is_one_line_and_exit_2(monkeypatch, capsys, port, needle):
+    from labutils.cli import main
+
+    for name, value in dict(RANK=0, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=port).items():
+        monkeypatch.setenv(name, str(value))
+    assert main(["sweep", "--backend", "gloo", "--no-save", "--no-progress"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("error:") and needle in last
+
+
+def test_an_unresolvable_master_addr_is_one_line_and_exit_2_at_once():
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": "29511"}
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "labutils", "sweep", "--backend", "gloo", "--no-save",
+                          "--no-progress"], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: MASTER_ADDR='no-such-host.invalid' does not resolve")
+    assert time.monotonic() - started < 60
+
+
+def test_check_master_addr_gives_up_on_a_silent_name_server(monkeypatch):
+    import threading
+
+    from labutils.measure import launch as lab_launch
+
+    never = threading.Event()
+    monkeypatch.setattr(lab_launch.socket, "getaddrinfo", lambda *a, **k: never.wait(30))
+    with pytest.raises(LabInputError, match="did not resolve within 0.2 s"):
+        lab_launch.check_master_addr("slow.example", timeout_s=0.2)
+    never.set()
+    assert lab_launch.check_master_addr("127.0.0.1") == "127.0.0.1"
+
+
+@pytest.mark.distributed
+def test_a_peer_that_never_comes_ends_the_rendezvous_in_one_line(monkeypatch):
+    """Rank 1 of 2 at a port nobody serves: refused within the rendezvous timeout, not the job's."""
+    import time
+
+    from labutils.measure import launch as lab_launch
+    from labutils.measure.launch import free_port
+
+    for name, value in dict(RANK=1, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port()).items():
+        monkeypatch.setenv(name, str(value))
+    started = time.monotonic()
+    with pytest.raises(LabInputError) as info:
+        lab_launch.run_this_rank(ping_worker, timeout_s=600, rendezvous_timeout_s=3)
+    assert time.monotonic() - started < 30
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("rank 1 of 2 did not meet the others at MASTER_ADDR=127.0.0.1")
+    assert "rendezvous timeout of 3 s" in message

@@ -12,6 +12,11 @@ rank first makes one small all-reduce (`preflight_all_reduce`) that must finish 
 `PREFLIGHT_TIMEOUT_S`: a link that hangs (NCCL's peer-to-peer path, on some machines) then costs
 seconds, not the whole run's timeout.
 
+A job launched from outside (torchrun, or srun without torchrun: labutils.measure.slurm) runs one
+rank per process (`run_this_rank`): it meets its peers at MASTER_ADDR:MASTER_PORT within
+`RENDEZVOUS_TIMEOUT_S` (an address that does not resolve is refused at once, a peer that never comes
+ends the wait in one line), then runs the collectives under the job's own timeout.
+
 The launching process (the notebook's kernel, the CLI) opens no CUDA context: it reads the GPUs'
 names, free memory and NUMA nodes through NVML (`visible_gpus`), and each rank touches only its
 own GPU (`init_rank`). A context would pin memory on every GPU in the kernel for as long as it
@@ -23,7 +28,9 @@ from __future__ import annotations
 import datetime as _dt
 import inspect
 import os
+import platform
 import socket
+import threading
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,6 +47,9 @@ BACKENDS = ("auto", "gloo", "nccl")
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer is not a timeout (and overflows the rendezvous' timedelta)
 DEVICES = ("auto", "cpu", "cuda")
 PREFLIGHT_TIMEOUT_S = 30.0  # one 4-byte all-reduce; NCCL's first call (its connections) takes a few seconds
+RENDEZVOUS_TIMEOUT_S = 60.0  # every rank of a launched job at MASTER_ADDR:MASTER_PORT: srun and torchrun start
+# their processes within seconds of each other; importing torch from a shared file system takes tens of them
+RESOLVE_TIMEOUT_S = 10.0  # looking MASTER_ADDR up (a name server that does not answer must not hang the job)
 
 
 class RankError(RuntimeError):
@@ -241,8 +251,9 @@ def group_kwargs(plan: RankPlan) -> dict:
 
 
 def init_rank(backend: str, device: str, rank: int, world_size: int, local_rank: int,
-              timeout_s: float, channel=None) -> RankContext:
-    """Join the process group described by MASTER_ADDR/MASTER_PORT (env://) and build the context.
+              timeout_s: float, channel=None, store=None) -> RankContext:
+    """Join the process group described by MASTER_ADDR/MASTER_PORT (env://), or met already in
+    `store` (`rendezvous_store`), and build the context.
 
     Only this rank's GPU is touched: cuda:`local_rank % count` is made current before the group
     exists (`rank_plan`), and NCCL's group is bound to it (`group_kwargs`).
@@ -251,9 +262,54 @@ def init_rank(backend: str, device: str, rank: int, world_size: int, local_rank:
     plan = rank_plan(backend, device, local_rank, cuda_device_count() if device == "cuda" else 0)
     if plan.cuda_index is not None:
         torch.cuda.set_device(plan.cuda_index)
-    dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world_size,
-                            timeout=_dt.timedelta(seconds=timeout_s), **group_kwargs(plan))
+    meet = {"init_method": "env://"} if store is None else {"store": store}
+    dist.init_process_group(backend=backend, rank=rank, world_size=world_size,
+                            timeout=_dt.timedelta(seconds=timeout_s), **meet, **group_kwargs(plan))
     return RankContext(rank, world_size, local_rank, backend, plan.device, channel)
+
+
+def check_master_addr(addr: str, timeout_s: float = RESOLVE_TIMEOUT_S) -> str:
+    """`addr` when it resolves to an address within `timeout_s`; LabInputError naming MASTER_ADDR
+    otherwise (the rendezvous would retry an unknown name until its timeout)."""
+    found: list = []
+
+    def look_up() -> None:
+        try:
+            found.append(socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM))
+        except (OSError, UnicodeError) as exc:
+            found.append(exc)
+    worker = threading.Thread(target=look_up, daemon=True)  # getaddrinfo cannot be interrupted
+    worker.start()
+    worker.join(timeout_s)
+    if not found:
+        raise LabInputError(f"MASTER_ADDR={addr!r} did not resolve within {timeout_s:g} s (no answer from the "
+                            "name server); give the first node's name or IP address")
+    if isinstance(found[0], Exception):
+        why = getattr(found[0], "strerror", None) or str(found[0])
+        raise LabInputError(f"MASTER_ADDR={addr!r} does not resolve to an address ({why}); give the first node's "
+                            "name or IP address")
+    return addr
+
+
+def rendezvous_store(rank: int, world_size: int, timeout_s: float = RENDEZVOUS_TIMEOUT_S):
+    """The store every rank of a launched job meets in: env://'s own (MASTER_ADDR/MASTER_PORT; rank 0
+    serves it, or torchrun's agent), joined within `timeout_s` whatever the collectives' timeout.
+
+    LabInputError in one line when the ranks have not all met by then: a port nobody serves, a host
+    that does not answer, or peers that never started (a job run outside srun, say).
+    """
+    addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    try:
+        store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size,
+                                           timeout=_dt.timedelta(seconds=timeout_s)))
+    except (RuntimeError, ValueError, OSError) as exc:  # torch's DistStoreError / DistNetworkError are RuntimeErrors
+        why = " ".join(str(exc).split())[:160]
+        hint = ("; outside srun (SLURM_STEP_ID unset) the other tasks never start: launch it with srun"
+                if "SLURM_PROCID" in os.environ and not os.environ.get("SLURM_STEP_ID") else "")
+        raise LabInputError(f"rank {rank} of {world_size} did not meet the others at MASTER_ADDR={addr} "
+                            f"MASTER_PORT={port} within the rendezvous timeout of {timeout_s:g} s ({why}){hint}"
+                            ) from None
+    return store
 
 
 _solo = False  # True while a rank pool runs a task on rank 0 alone (labutils.measure.pool, ranks=1)
@@ -312,7 +368,8 @@ def preflight_for(backend: str, preflight) -> Callable | None:
 
 
 def torchrun_env() -> dict | None:
-    """The rank variables torchrun (or any env:// launcher) set, or None outside such a launch."""
+    """The rank variables torchrun (or any env:// launcher) set, or None outside such a launch;
+    MASTER_PORT checked ([1, 65535]) and GROUP_RANK (torchrun's node rank) read when set."""
     needed = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     if not all(k in os.environ for k in needed):
         return None
@@ -320,7 +377,13 @@ def torchrun_env() -> dict | None:
     rank = _env_int("RANK", low=0, high=world - 1)
     local_world = _env_int("LOCAL_WORLD_SIZE", low=1, high=world, default=world)
     local_rank = _env_int("LOCAL_RANK", low=0, high=local_world - 1, default=rank if local_world == world else None)
-    return {"rank": rank, "world_size": world, "local_rank": local_rank, "local_world_size": local_world}
+    node = _env_int("GROUP_RANK", low=0, default=0) if os.environ.get("GROUP_RANK", "").strip() else 0
+    addr = os.environ["MASTER_ADDR"].strip()
+    if not addr:
+        raise LabInputError("MASTER_ADDR is empty; give the host of rank 0 (torchrun's --master-addr)")
+    return {"rank": rank, "world_size": world, "local_rank": local_rank, "local_world_size": local_world,
+            "node_rank": node, "nodes": max(1, -(-world // local_world)), "master_addr": addr,
+            "master_port": _env_int("MASTER_PORT", low=1, high=65535), "launcher": "torchrun"}
 
 
 def _env_int(name: str, low: int, high: int | None = None, default: int | None = None) -> int:
@@ -338,26 +401,68 @@ def _env_int(name: str, low: int, high: int | None = None, default: int | None =
 
 def run_this_rank(worker: Callable, *, args: tuple = (), kwargs: dict | None = None,
                   backend: str = "gloo", device: str = "cpu", timeout_s: float = 300.0,
-                  on_report: Callable[[int, Any], None] | None = None):
-    """Under torchrun: join the job as the rank the environment names, run `worker`, return its result.
+                  on_report: Callable[[int, Any], None] | None = None,
+                  rendezvous_timeout_s: float = RENDEZVOUS_TIMEOUT_S, env: dict | None = None):
+    """Under torchrun or srun: join the job as the rank `env` names (torchrun's variables when None;
+    labutils.measure.sweep.job_env reads srun's too), run `worker`, return its result.
 
-    Single node or several (`torchrun --nnodes 2 ...`); the rendezvous comes from env://. CPU
-    placement as in `launch`, planned for LOCAL_WORLD_SIZE ranks, this one being LOCAL_RANK.
+    Single node or several (`torchrun --nnodes 2 ...`, `srun -N 2 --ntasks-per-node 4 ...`). The
+    ranks meet at MASTER_ADDR:MASTER_PORT (under srun without them: the first node and the job's
+    port, exported here for env://) within `rendezvous_timeout_s`, the collectives then get
+    `timeout_s`. The local rank picks the GPU; CPU placement as in `launch`, planned for the local
+    world, this one being its local rank.
     """
-    env = torchrun_env()
+    env = torchrun_env() if env is None else env
     if env is None:
-        raise LabInputError("not launched by torchrun: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are unset")
+        raise LabInputError("not launched by torchrun or srun: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
+                            "(or SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID) are unset")
+    os.environ.update(MASTER_ADDR=check_master_addr(env["master_addr"]), MASTER_PORT=str(env["master_port"]))
     channel = (lambda payload: on_report(env["rank"], payload)) if on_report else None
     gpu_nodes = gpu_numa_nodes(env["local_world_size"]) if device == "cuda" else ()
     placement = machine_placement(env["local_world_size"], gpu_nodes=gpu_nodes)  # same plan on every local rank
     set_rank_threads(placement)
-    ctx = init_rank(backend, device, env["rank"], env["world_size"], env["local_rank"], timeout_s, channel)
+    store = rendezvous_store(env["rank"], env["world_size"], min(rendezvous_timeout_s, timeout_s))
+    store.set_timeout(_dt.timedelta(seconds=timeout_s))  # met: from here on the job's own timeout
+    ctx = init_rank(backend, device, env["rank"], env["world_size"], env["local_rank"], timeout_s, channel, store)
     pin_rank(placement, env["local_rank"])
     try:
         return worker(ctx, *args, **(kwargs or {}))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def rank_place(ctx: RankContext) -> dict:
+    """Where this rank runs: host (short name), node index (SLURM_NODEID, torchrun's GROUP_RANK, else
+    0), local rank and its device's name (the GPU's own, read in the rank; the CPU's on the CPU)."""
+    node = next((os.environ[k] for k in ("SLURM_NODEID", "GROUP_RANK") if os.environ.get(k, "").strip().isdigit()),
+                "0")
+    name = torch.cuda.get_device_name(ctx.device) if str(ctx.device).startswith("cuda") else f"cpu: {cpu_name()}"
+    return {"rank": ctx.rank, "host": socket.gethostname().split(".")[0], "node": int(node),
+            "local_rank": ctx.local_rank, "device_name": name}
+
+
+def with_places(ctx: RankContext, worker: Callable, *args, **kwargs) -> dict:
+    """Run `worker(ctx, *args, **kwargs)` after gathering every rank's `rank_place`:
+    {"result": the worker's result, "places": [rank_place of rank 0, 1, ...]} (one all_gather_object
+    before the worker, so that the result names each rank's host and device, across nodes too)."""
+    places = [rank_place(ctx)]
+    if group_size() > 1:
+        places = [None] * ctx.world_size
+        dist.all_gather_object(places, rank_place(ctx))
+    return {"result": worker(ctx, *args, **kwargs), "places": places}
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def ping_worker(ctx: RankContext) -> dict:

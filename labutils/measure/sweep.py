@@ -15,12 +15,15 @@ The table nccl-tests prints is written by labutils.core.busbw and read back by l
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
+import os
 import platform
 import socket
 import sys
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -38,12 +41,13 @@ from labutils.core.busbw import (
     sweep_sizes,
 )
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
-from labutils.core.results import SweepResult, load_sweep, save_sweep
+from labutils.core.results import SweepResult, list_results, load_result, load_sweep, save_sweep
 from labutils.measure.harness import sweep_worker
 from labutils.measure.launch import (
     MAX_TIMEOUT_S,
     BackendChoice,
     RankError,
+    cpu_name,
     cuda_device_count,
     free_memory_bytes,
     gpu_names,
@@ -51,12 +55,22 @@ from labutils.measure.launch import (
     resolve_backend,
     run_this_rank,
     torchrun_env,
+    with_places,
 )
 from labutils.measure.my_link import load_link, save_link
 from labutils.measure.placement import check_local_ranks, machine_placement
 from labutils.measure.pool import rank_progress, shared_pool
-from labutils.model.fit import LinkFit, fit_alpha_beta
+from labutils.measure.slurm import slurm_env
+from labutils.model.fit import LinkFit, allreduce_ms, fit_alpha_beta
+from labutils.readers.links import LinkFigure, link_figures
 from labutils.readers.sources import run_nvidia_smi
+
+
+def job_env() -> dict | None:
+    """This process's rank in a job launched from outside: torchrun's variables (launch.torchrun_env),
+    else srun's (labutils.measure.slurm.slurm_env: SLURM_PROCID/NTASKS/LOCALID, no torchrun), else
+    None (a process of its own, which spawns its local ranks). Inconsistent variables: LabInputError."""
+    return torchrun_env() or slurm_env()
 
 
 class WrongResultError(RuntimeError):
@@ -65,17 +79,6 @@ class WrongResultError(RuntimeError):
     def __init__(self, message: str, result: "SweepResult"):
         super().__init__(message)
         self.result = result
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def topology_text() -> str | None:
@@ -94,14 +97,31 @@ def _versions() -> dict:
     return {"torch_version": torch.__version__, "nccl_version": nccl}
 
 
-def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", **settings) -> dict:
-    """Where and how a sweep ran: host, devices, versions, topology when known, UTC date, settings."""
-    if device == "cuda":
+def sweep_meta(backend: str, device: str, world_size: int, reason: str = "", places: list[dict] | None = None,
+               **settings) -> dict:
+    """Where and how a sweep ran: host, devices, versions, topology when known, UTC date, settings.
+
+    `places` (launch.with_places: each rank's host, node and device name, read in the rank) name
+    every rank's device and host across nodes: `hosts` (in the order of their first rank), `nodes`
+    (the distinct host and node index pairs), `rank_hosts`, `rank_nodes`; without them every rank
+    is on this host, rank r on GPU r % count.
+    `topology` is this host's (rank 0's) `nvidia-smi topo -m`."""
+    host = socket.gethostname().split(".")[0]
+    if places:
+        devices = [p["device_name"] for p in places]
+        rank_hosts, rank_nodes = [p["host"] for p in places], [p["node"] for p in places]
+    elif device == "cuda":
         names = gpu_names(max(1, cuda_device_count()))  # NVML: no CUDA context in the launching process
-        devices = [names[r % len(names)] for r in range(world_size)]
+        devices, rank_hosts = [names[r % len(names)] for r in range(world_size)], [host] * world_size
     else:
-        devices = [f"cpu: {_cpu_name()}"] * world_size
-    return {"host": socket.gethostname().split(".")[0], "devices": devices, "backend": backend, "device": device,
+        devices, rank_hosts = [f"cpu: {cpu_name()}"] * world_size, [host] * world_size
+    if not places:
+        rank_nodes = [0] * world_size
+    hosts = list(dict.fromkeys(rank_hosts))
+    nodes = len(set(zip(rank_hosts, rank_nodes)))  # node ids tell apart "nodes" faked on one host
+    return {"host": rank_hosts[0] if rank_hosts else host, "hosts": hosts, "nodes": nodes,
+            "rank_hosts": rank_hosts, "rank_nodes": rank_nodes, "devices": devices, "backend": backend,
+            "device": device,
             "world_size": world_size, **_versions(), "topology": topology_text() if device == "cuda" else None,
             "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "backend_reason": reason, "python": platform.python_version(), **settings}
@@ -169,8 +189,8 @@ class SweepConfig:
 @dataclass(frozen=True)
 class SweepPlan:
     """A SweepConfig checked and resolved: the ops and sizes, the ranks (`world` in all, `local` on
-    this machine), the backend chosen, the timeout; `torchrun` holds RANK/WORLD_SIZE/... when this
-    process is one rank of a torchrun job, else None."""
+    this machine), the backend chosen, the timeout; `torchrun` holds the job's variables when this
+    process is one rank of a job launched from outside (launch.job_env: torchrun's or srun's), else None."""
 
     config: SweepConfig
     ops: tuple[str, ...]
@@ -190,7 +210,8 @@ class SweepPlan:
 
 def plan_sweep(config: SweepConfig) -> SweepPlan:
     """Check every input of `config` before a rank starts (LabInputError naming the parameter) and
-    resolve the ranks, the backend and the timeout."""
+    resolve the ranks, the backend and the timeout. Under torchrun or srun (`job_env`) the world is
+    the job's and `local` its ranks on this node; `config.nproc` is then not used (no rank spawns more)."""
     ops = (config.op,) if isinstance(config.op, str) else tuple(config.op)
     for name in ops:
         check_choice("op", name, OPS)
@@ -203,10 +224,11 @@ def plan_sweep(config: SweepConfig) -> SweepPlan:
     min_iters = check_int("min_iters", config.min_iters, low=1)
     config = replace(config, warmup=check_int("warmup", config.warmup, low=0, high=MAX_WARMUP), min_iters=min_iters,
                      max_iters=check_int("max_iters", config.max_iters, low=min_iters))
-    env = torchrun_env()
+    env = job_env()
     if env:
         world, local = env["world_size"], env["local_world_size"]
-        check_local_ranks(local, oversubscribe=config.oversubscribe, name="LOCAL_WORLD_SIZE")
+        check_local_ranks(local, oversubscribe=config.oversubscribe,
+                          name="LOCAL_WORLD_SIZE" if env["launcher"] == "torchrun" else "SLURM tasks per node")
     else:
         world = local = check_local_ranks(config.nproc, oversubscribe=config.oversubscribe)
     for name in ops:
@@ -225,7 +247,8 @@ def run_sweep(config: SweepConfig | None = None, *, progress: bool = True, raise
     `run_sweep(nproc=2, max_bytes="4M", budget_ms=30)`).
 
     Runs on the kernel's local ranks (labutils.measure.pool.shared_pool), or, when torchrun set
-    RANK/WORLD_SIZE/MASTER_*, runs as this process's rank with WORLD_SIZE ranks; every rank runs `harness.sweep_worker`.
+    RANK/WORLD_SIZE/MASTER_* or srun SLURM_PROCID/NTASKS/LOCALID (launch.job_env), runs as this
+    process's rank of that world; every rank runs `harness.sweep_worker`.
     meta["backend_reason"] says why the backend was chosen. Raises LabInputError on bad input
     (`plan_sweep`, before a rank starts), RankError naming the rank when one fails or hangs, and
     WrongResultError (after the whole sweep) when any element was wrong and `raise_on_wrong`.
@@ -235,8 +258,8 @@ def run_sweep(config: SweepConfig | None = None, *, progress: bool = True, raise
     if on_start is not None:
         on_start(plan.choice)
     started = time.perf_counter()
-    rows = _run_ranks(plan, progress)
-    result = _sweep_result(plan, rows, wall_s=time.perf_counter() - started)
+    rows, places = _run_ranks(plan, progress)
+    result = _sweep_result(plan, rows, wall_s=time.perf_counter() - started, places=places)
     if raise_on_wrong and result.wrong:
         bad = result.frame[result.frame["wrong"] > 0]
         where = ", ".join(f"{o} {format_size(s)}: {w}" for o, s, w in zip(bad["op"], bad["size_bytes"], bad["wrong"]))
@@ -245,27 +268,33 @@ def run_sweep(config: SweepConfig | None = None, *, progress: bool = True, raise
     return result
 
 
-def _run_ranks(plan: SweepPlan, progress: bool) -> list[dict]:
-    """The rows of `sweep_worker` run in every rank (rank 0's copy), with a progress bar on rank 0."""
+def _run_ranks(plan: SweepPlan, progress: bool) -> tuple[list[dict], list[dict]]:
+    """The rows of `sweep_worker` run in every rank (rank 0's copy) and every rank's place
+    (launch.with_places), with a progress bar on rank 0."""
     choice, env = plan.choice, plan.torchrun
     is_main = env is None or env["rank"] == 0
     with rank_progress(len(plan.ops) * len(plan.sizes), f"{'+'.join(plan.ops)} sweep ({choice.backend}, "
                        f"{plan.world} ranks)", progress and is_main, unit="size") as report:
         if env:
-            return run_this_rank(sweep_worker, kwargs=plan.worker_kwargs(), backend=choice.backend,
-                                 device=choice.device, timeout_s=plan.timeout_s, on_report=report)
-        pool = shared_pool(plan.world, choice.backend, choice.device, oversubscribe=plan.config.oversubscribe)
-        return pool.run(sweep_worker, kwargs=plan.worker_kwargs(), timeout_s=plan.timeout_s, on_report=report)[0]
+            out = run_this_rank(with_places, args=(sweep_worker,), kwargs=plan.worker_kwargs(),
+                                backend=choice.backend, device=choice.device, timeout_s=plan.timeout_s,
+                                on_report=report, env=env)
+        else:
+            pool = shared_pool(plan.world, choice.backend, choice.device, oversubscribe=plan.config.oversubscribe)
+            out = pool.run(with_places, args=(sweep_worker,), kwargs=plan.worker_kwargs(), timeout_s=plan.timeout_s,
+                           on_report=report)[0]
+    return out["result"], out["places"]
 
 
-def _sweep_result(plan: SweepPlan, rows: list[dict], wall_s: float) -> SweepResult:
+def _sweep_result(plan: SweepPlan, rows: list[dict], wall_s: float, places: list[dict] | None = None) -> SweepResult:
     """The rows as a frame (COLUMNS + SWEEP_EXTRA) and the metadata: where, how and with what settings."""
-    c, choice = plan.config, plan.choice
+    c, choice, env = plan.config, plan.choice, plan.torchrun
     frame = pd.DataFrame(rows, columns=COLUMNS + SWEEP_EXTRA)
-    meta = sweep_meta(choice.backend, choice.device, plan.world, choice.reason, ops=list(plan.ops), dtype=plan.dtype,
-                      min_bytes=plan.sizes[0], max_bytes=plan.sizes[-1], factor=c.factor, warmup=c.warmup,
-                      budget_ms=c.budget_ms, min_iters=c.min_iters, max_iters=c.max_iters,
-                      launcher="torchrun" if plan.torchrun else "spawn",
+    job = {"slurm_job_id": env["job_id"]} if env and env.get("job_id") is not None else {}
+    meta = sweep_meta(choice.backend, choice.device, plan.world, choice.reason, places=places, ops=list(plan.ops),
+                      dtype=plan.dtype, min_bytes=plan.sizes[0], max_bytes=plan.sizes[-1], factor=c.factor,
+                      warmup=c.warmup, budget_ms=c.budget_ms, min_iters=c.min_iters, max_iters=c.max_iters,
+                      launcher=env["launcher"] if env else "spawn", local_world_size=plan.local, **job,
                       cpu_placement=machine_placement(plan.local).explanation, wall_s=round(wall_s, 3),
                       avg_busbw_GBps=float(frame["busbw_GBps"].mean()) if len(frame) else math.nan)
     return SweepResult(frame, meta)
@@ -354,16 +383,126 @@ def ceiling_sentence(label: str, peak_GBps: float, ceiling_GBps: float) -> str:
     return f"{head}: the sweep ran {share:.0%} of it, above a ceiling that was measured low (run the copy again)"
 
 
+# --- a sweep across nodes, read back (notebooks 02 and 05: `multinode_result`) -------------------------
+
+MAX_RESULT_BYTES = 64 << 20  # a sweep's JSON is a few kB (its CSV a few more): larger is not a result file
+
+
+def read_sweep_file(path: str | os.PathLike, name: str = "multinode_result") -> SweepResult:
+    """The sweep saved as `path` (a result's .json, its .csv beside it), all_reduce rows only;
+    LabInputError naming `name` when it is not a regular file holding a saved all_reduce sweep."""
+    file = Path(path)
+    if not file.is_file():
+        raise LabInputError(f"{name}={str(path)!r} is not a file (give a sweep result's .json)")
+    if file.stat().st_size > MAX_RESULT_BYTES:
+        raise LabInputError(f"{name}={str(path)!r} is {file.stat().st_size} bytes: not a sweep result's .json")
+    try:
+        record, frame = load_result(file)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError):
+        raise LabInputError(f"{name}={str(path)!r} is not a saved sweep (a result .json with its .csv)") from None
+    if record.get("kind") != "sweep" or frame is None or "all_reduce" not in set(frame.get("op", [])):
+        raise LabInputError(f"{name}={str(path)!r} holds no all_reduce sweep (kind {record.get('kind')!r})")
+    return SweepResult(frame[frame["op"] == "all_reduce"].reset_index(drop=True), record.get("meta", {}))
+
+
+def same_job_one_node(result: SweepResult, directory: str | os.PathLike) -> SweepResult | None:
+    """The newest all_reduce sweep in `directory` of the same SLURM job on one node (the batch
+    script's first step: labutils.measure.slurm), else None."""
+    job = result.meta.get("slurm_job_id")
+    for path in reversed(list_results("sweep", directory) if job is not None else []):
+        try:
+            other = read_sweep_file(path)
+        except LabInputError:
+            continue
+        if other.meta.get("slurm_job_id") == job and other.meta.get("nodes") == 1:
+            return other
+    return None
+
+
+def network_row(busbw_GBps: float, named: str = "") -> LinkFigure:
+    """The network's row of the link table (path_class NET) for a busbw measured across nodes: the
+    row `named` (a result's meta "network") when there is one, else the slowest network whose high
+    end carries the busbw, else the fastest (a sweep does not know its NIC)."""
+    nets = sorted(link_figures("NET"), key=lambda f: (f.high_GBps, f.name))
+    return next((f for f in nets if f.name == named), None) or next(
+        (f for f in nets if f.high_GBps >= busbw_GBps), nets[-1])
+
+
+@dataclass(frozen=True)
+class AcrossNodes:
+    """A sweep across nodes beside the intra-node one: peak busbw of each (GB/s), the network row."""
+
+    ranks: int
+    nodes: int
+    hosts: tuple[str, ...]
+    across_GBps: float
+    intra_label: str
+    intra_ranks: int
+    intra_GBps: float
+    network: LinkFigure
+    sample: str = ""
+    named: str = ""
+
+
+def across_nodes(path: str | os.PathLike, intra: SweepResult | None = None) -> AcrossNodes:
+    """Read the sweep across nodes at `path` and set its peak busbw against the intra-node one: the
+    same job's one-node sweep beside the file (`same_job_one_node`), else `intra` (this notebook's
+    sweep). LabInputError naming multinode_result for a file that is no sweep, or of one node."""
+    result = read_sweep_file(path)
+    nodes = int(result.meta.get("nodes") or 1)
+    if nodes < 2:
+        raise LabInputError(f"multinode_result={str(path)!r} ran on one node; give the sweep of every node "
+                            "(the batch script's second step)")
+    inside = same_job_one_node(result, Path(path).parent)
+    label = "the same job's one-node sweep"
+    if inside is None:
+        if intra is None:
+            raise LabInputError(f"multinode_result={str(path)!r}: no one-node sweep of its job beside it, and no "
+                                "intra-node sweep given")
+        inside, label = intra, "this machine's sweep"
+    across = result.peak_busbw_GBps
+    return AcrossNodes(int(result.meta.get("world_size", 0)), nodes, tuple(result.meta.get("hosts", ())), across,
+                       label, int(inside.meta.get("world_size", 0)), inside.peak_busbw_GBps,
+                       network_row(across, str(result.meta.get("network", ""))),
+                       str(result.meta.get("sample", "")), str(result.meta.get("network", "")))
+
+
+def across_nodes_report(path: str | os.PathLike, intra: SweepResult | None = None,
+                        gradient_bytes: float | None = None) -> str:
+    """What a sweep across nodes says, in lines built from its numbers: the ranks and nodes, busbw
+    across nodes against intra-node (`compare_sentence`), share = across / the network row's high
+    end, and with `gradient_bytes` the all-reduce's bandwidth term 2(N-1)/N · bytes / busbw (ms) at
+    each busbw. `path` "" : one line saying how to give one."""
+    if not path:
+        return ("no multinode_result given; set it to a sweep across nodes (python -m labutils slurm-script), "
+                "e.g. ../data/nccl_tests/sample_lab_sweep_2nodes_8xH100_ndr.json")
+    c = across_nodes(path, intra)
+    net = c.network
+    why = "named by the result" if net.name == c.named else "the slowest that carries it"
+    lines = [f"{c.sample}" if c.sample else "",
+             f"{c.ranks} ranks on {c.nodes} nodes ({', '.join(c.hosts)}): peak busbw {c.across_GBps:.3g} GB/s; "
+             f"{c.intra_label}, {c.intra_ranks} ranks: {c.intra_GBps:.3g} GB/s",
+             compare_sentence(f"the sweep across {c.nodes} nodes", c.across_GBps, "one node alone", c.intra_GBps),
+             f"the network's row of the link table: {net.name}, {net.low_GBps:g}-{net.high_GBps:g} GB/s ({net.kind}), "
+             f"{why}; across nodes reached {c.across_GBps / net.high_GBps:.0%} of its {net.high_GBps:g} GB/s"]
+    if gradient_bytes is not None:
+        far, near = (allreduce_ms(gradient_bytes, c.ranks, bw) for bw in (c.across_GBps, c.intra_GBps))
+        lines.append(f"a {gradient_bytes / 1e6:.0f} MB all-reduce on {c.ranks} ranks (bandwidth term): "
+                     f"{float(far):.1f} ms at the busbw across nodes, {float(near):.1f} ms at the intra-node one")
+    return "\n".join(line for line in lines if line)
+
+
 # --- command line ------------------------------------------------------------------------------------
 
 def add_cli(subparsers) -> None:
     p = subparsers.add_parser("sweep", help="measure a collective over message sizes (nccl-tests style)",
                               description="Sweep a collective over message sizes and print the nccl-tests table. "
-                                          "Under torchrun, runs as the rank the environment names (rank 0 prints).")
+                                          "Under torchrun or srun, runs as the rank the environment names "
+                                          "(rank 0 prints and saves).")
     p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--nproc", type=int, default=2,
-                   help="local ranks to spawn (ignored under torchrun); at most 2 per core (8 on any machine)")
+                   help="local ranks to spawn (ignored under torchrun and srun); at most 2 per core (8 on any machine)")
     p.add_argument("--oversubscribe", action="store_true",
                    help="allow up to 16 ranks per core (they queue behind each other; times mean little)")
     p.add_argument("--op", default="all_reduce", choices=OPS)
@@ -383,7 +522,7 @@ def add_cli(subparsers) -> None:
 
 
 def _cli_sweep(args) -> int:
-    env = torchrun_env()
+    env = job_env()
     is_main = env is None or env["rank"] == 0
 
     def announce(choice) -> None:
