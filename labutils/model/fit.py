@@ -33,6 +33,7 @@ from labutils.core.inputs import (
     check_broadcast,
     check_choice,
     check_range,
+    check_whole,
     float_or_array,
 )
 
@@ -100,7 +101,7 @@ def _check_allreduce(size_bytes, world_size, busbw_GBps, alpha_us, buckets) -> N
     """The door of `allreduce_ms`: each input in its range, whole buckets, shapes that broadcast."""
     check_range("size_bytes", size_bytes, low=0, unit="bytes")
     check_range("busbw_GBps", busbw_GBps, low=0, unit="GB/s")
-    check_range("world_size", world_size, low=1)
+    check_whole("world_size", world_size, low=1, unit="ranks")
     check_range("alpha_us", alpha_us, low=0, high=np.inf, high_open=True, unit="us")
     check_range("buckets", buckets, low=1, high=np.inf, high_open=True, unit="all-reduces")
     if not np.all(np.mod(as_float_array(buckets), 1) == 0):
@@ -117,15 +118,12 @@ def latency_term_us(world_size, alpha_step_us: float, algorithm: str = "ring"):
     The ring grows linearly with N, the tree logarithmically: why NCCL prefers trees at scale
     for small messages.
     """
-    check_range("world_size", world_size, low=1, high=np.inf, high_open=True)
+    check_whole("world_size", world_size, low=1, unit="ranks")
     check_range("alpha_step_us", alpha_step_us, low=0, high=np.inf, high_open=True, unit="us")
+    check_choice("algorithm", algorithm, ("ring", "tree"))
+    check_broadcast(world_size=world_size, alpha_step_us=alpha_step_us)
     n = np.asarray(world_size, dtype=float)
-    if algorithm == "ring":
-        steps = 2.0 * (n - 1.0)
-    elif algorithm == "tree":
-        steps = 2.0 * np.ceil(np.log2(n))
-    else:
-        raise LabInputError(f"algorithm={algorithm!r} is not one of: ring, tree")
+    steps = 2.0 * (n - 1.0) if algorithm == "ring" else 2.0 * np.ceil(np.log2(n))
     out = steps * alpha_step_us
     return float(out) if np.ndim(out) == 0 else out
 
@@ -166,12 +164,54 @@ def _solve(x_bytes: np.ndarray, t_us: np.ndarray) -> tuple[float, float]:
     return float(a), float(b)
 
 
+def _as_frame(frame) -> pd.DataFrame:
+    """A sweep frame: a DataFrame, or the list of row dicts a student builds by hand; else LabInputError."""
+    if isinstance(frame, pd.DataFrame):
+        return frame
+    if isinstance(frame, (list, tuple)) and frame and all(isinstance(row, dict) for row in frame):
+        return pd.DataFrame(list(frame))
+    raise LabInputError(f"frame={frame!r:.60} is not a sweep: give a pandas DataFrame (or a list of row dicts) "
+                        "with columns size_bytes, world_size and the time, one row per size")
+
+
+def _check_numbers(frame: pd.DataFrame, columns) -> None:
+    """Each column holds numbers, none infinite; LabInputError naming the column, row and value."""
+    for name in columns:
+        values = frame[name]
+        if values.dtype == bool or not pd.api.types.is_numeric_dtype(values):
+            numbers = pd.to_numeric(values, errors="coerce")
+            bad = values[numbers.isna() & values.notna()]
+            if values.dtype == bool or len(bad):
+                row, value = (values.index[0], values.iloc[0]) if values.dtype == bool else (bad.index[0], bad.iloc[0])
+                raise LabInputError(f"{name}={value!r} (row {row}) is not a number: the sweep's {name} must hold "
+                                    "numbers, not text")
+            values = numbers
+        values = values.astype(float)
+        infinite = values[np.isinf(values)]
+        if len(infinite):
+            raise LabInputError(f"{name}={float(infinite.iloc[0])!r} (row {infinite.index[0]}) is not a "
+                                "measurement: a finite number is needed")
+
+
 def _clean_frame(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The rows a fit uses: positive time and size, no wrong elements, the out-of-place half of an
+    nccl-tests log; LabInputError for a frame that is not a sweep (text, infinities, a fractional
+    size or world size, no single world size >= 2, fewer than 2 sizes)."""
+    frame = _as_frame(frame)
+    if not isinstance(column, str):
+        raise LabInputError(f"column={column!r} must name a column of the frame, such as 'time_us'")
     needed = {"size_bytes", "world_size", column}
     missing = needed - set(frame.columns)
     if missing:
         raise LabInputError(f"the sweep frame lacks column(s) {sorted(missing)}; have {list(frame.columns)}")
+    _check_numbers(frame, ("size_bytes", "world_size", column))
+    frame = frame.assign(**{c: pd.to_numeric(frame[c]) for c in ("size_bytes", "world_size", column)})
     rows = frame[(frame[column] > 0) & (frame["size_bytes"] > 0)]
+    for name, unit in (("size_bytes", "bytes"), ("world_size", "ranks")):
+        fractional = rows.loc[np.mod(rows[name].astype(float), 1) != 0, name]
+        if len(fractional):
+            raise LabInputError(f"{name}={float(fractional.iloc[0])!r} (row {fractional.index[0]}) is not a whole "
+                                f"number of {unit}")
     if "wrong" in rows:
         rows = rows[~(rows["wrong"].fillna(0) > 0)]  # a wrong result is not a measurement
     if "in_place" in rows and rows["in_place"].nunique() > 1:
@@ -179,9 +219,25 @@ def _clean_frame(frame: pd.DataFrame, column: str) -> pd.DataFrame:
     if len(rows) < 2:
         raise LabInputError(f"fitting needs at least 2 sizes with a positive {column}; got {len(rows)}")
     worlds = rows["world_size"].unique()
-    if len(worlds) != 1 or int(worlds[0]) < 2:
+    if len(worlds) != 1 or not worlds[0] >= 2:
         raise LabInputError(f"fitting needs one world size >= 2 in the frame; got {sorted(worlds)}")
     return rows.sort_values("size_bytes")
+
+
+def _check_distinct(rows: pd.DataFrame) -> None:
+    """LabInputError when one size (of one op) appears twice: repetitions of one measurement, not
+    two points of the line. A fit takes one time per size (and its hold-out split would otherwise
+    test a size against its own twin); the message names the size and how to keep one."""
+    keys = ["op", "size_bytes"] if "op" in rows else ["size_bytes"]
+    counts = rows.groupby(keys).size()
+    repeated = counts[counts > 1]
+    if len(repeated):
+        key, times = repeated.index[0], int(repeated.iloc[0])
+        size = key[-1] if isinstance(key, tuple) else key
+        op = f" of {key[0]}" if isinstance(key, tuple) else ""
+        raise LabInputError(f"size_bytes={int(size)}{op} appears {times} times ({len(repeated)} size(s) repeated): "
+                            "repetitions of one size, not points of the line; keep one time per size, e.g. their "
+                            f"median: frame.groupby({keys!r}, as_index=False).median(numeric_only=True)")
 
 
 def _to_fit(a: float, b: float, n_points: int, world: int, backend: str, device: str, source: str) -> LinkFit:
@@ -226,6 +282,8 @@ def crossover_bytes(fit: LinkFit, op: str = "all_reduce") -> float:
 
     Below it the collective is latency-bound (time ~ alpha), above it bandwidth-bound.
     """
+    if not isinstance(fit, LinkFit):
+        raise LabInputError(f"fit={fit!r:.60} is not a LinkFit: give the result of fit_alpha_beta or load_link")
     factor = bus_factor(op, fit.world_size)
     if factor == 0 or math.isinf(fit.busbw_GBps):
         return math.inf
@@ -242,6 +300,7 @@ def fit_alpha_beta(frame: pd.DataFrame, column: str = "time_us", holdout: bool =
     relative error are the fit's quality. The returned alpha and busbw use every size.
     """
     rows = _clean_frame(frame, column)
+    _check_distinct(rows)
     world = int(rows["world_size"].iloc[0])
     backend = str(rows["backend"].iloc[0]) if "backend" in rows else "unknown"
     device = str(rows["device"].iloc[0]) if "device" in rows else ("cuda" if backend == "nccl" else "cpu")
@@ -266,6 +325,7 @@ def heldout_table(frame: pd.DataFrame, column: str = "time_us",
     held="largest": the largest sizes held out (`split_largest`, extrapolation)."""
     check_choice("held", held, tuple(HELD_SPLITS))
     rows = _clean_frame(frame, column)
+    _check_distinct(rows)
     train, out = HELD_SPLITS[held](rows)
     part = fit_alpha_beta(train, column, holdout=False)
     table = relative_errors(rows, part, column)
