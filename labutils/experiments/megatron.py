@@ -410,7 +410,8 @@ def _cli(args) -> int:
             return _run_cli(args, dtypes, choice)
         except RankError as exc:  # the ranks were stopped; say so in one line, not a traceback
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            hint = f" (--timeout-s {args.timeout_s:g}: a longer one gives slow ranks time)" if " within " in first else ""
+            slow = " within " in first
+            hint = f" (--timeout-s {args.timeout_s:g}: a longer one gives slow ranks time)" if slow else ""
             print(f"error: {first}{hint}", file=sys.stderr)
             return 1
 

@@ -94,7 +94,7 @@ def check_inputs(**params) -> None:
 def check_devices(n_devices, name: str = "n_devices") -> int:
     """n_devices as an int, or LabInputError (naming `name`) unless it is a whole number of devices >= 2."""
     value = n_devices.item() if isinstance(n_devices, np.generic) else n_devices
-    whole = (isinstance(value, int) or (isinstance(value, float) and value.is_integer())) and not isinstance(value, bool)
+    whole = not isinstance(value, bool) and (isinstance(value, int) or isinstance(value, float) and value.is_integer())
     if not whole or not 2 <= value <= MAX_DEVICES:
         raise LabInputError(f"{name}={n_devices!r} is outside the allowed range: a whole number of devices "
                             f"in [2, {MAX_DEVICES:,}]")
