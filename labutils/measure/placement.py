@@ -374,10 +374,13 @@ def count_cpulist(cpulist: str) -> int:
 
 
 def parse_cpulist(cpulist: str) -> list[int]:
-    """The CPU ids of a kernel cpulist, ascending: "0-2,8" -> [0, 1, 2, 8]."""
+    """The CPU ids of a kernel cpulist, ascending: "0-2,8" -> [0, 1, 2, 8]; LabInputError for text
+    the kernel does not write ("a-b", "3-1", "0 0")."""
     cpus: set[int] = set()
-    for part in filter(None, cpulist.strip().split(",")):
-        lo, _, hi = part.partition("-")
+    for part in filter(None, str(cpulist).strip().split(",")):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or not (hi or lo).isdigit() or int(hi or lo) < int(lo):
+            raise LabInputError(f"cpulist={cpulist!r:.60} is not a kernel CPU list such as '0-3,8'")
         cpus.update(range(int(lo), int(hi or lo) + 1))
     return sorted(cpus)
 

@@ -40,6 +40,8 @@ from labutils.core.inputs import (
 # The source article's example: a 200 MB gradient (decimal MB) on a link with busbw ~22 GB/s.
 ARTICLE_GRADIENT_BYTES = 200e6
 ARTICLE_BUSBW_GBps = 22.0
+# More ranks than any job runs (the largest run about 10**5); 2(N-1)/N stays exact below it.
+MAX_WORLD_SIZE = 10**9
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def _check_allreduce(size_bytes, world_size, busbw_GBps, alpha_us, buckets) -> N
     """The door of `allreduce_ms`: each input in its range, whole buckets, shapes that broadcast."""
     check_range("size_bytes", size_bytes, low=0, unit="bytes")
     check_range("busbw_GBps", busbw_GBps, low=0, unit="GB/s")
-    check_whole("world_size", world_size, low=1, unit="ranks")
+    check_whole("world_size", world_size, low=1, high=MAX_WORLD_SIZE, unit="ranks")
     check_range("alpha_us", alpha_us, low=0, high=np.inf, high_open=True, unit="us")
     check_range("buckets", buckets, low=1, high=np.inf, high_open=True, unit="all-reduces")
     if not np.all(np.mod(as_float_array(buckets), 1) == 0):
@@ -118,7 +120,7 @@ def latency_term_us(world_size, alpha_step_us: float, algorithm: str = "ring"):
     The ring grows linearly with N, the tree logarithmically: why NCCL prefers trees at scale
     for small messages.
     """
-    check_whole("world_size", world_size, low=1, unit="ranks")
+    check_whole("world_size", world_size, low=1, high=MAX_WORLD_SIZE, unit="ranks")
     check_range("alpha_step_us", alpha_step_us, low=0, high=np.inf, high_open=True, unit="us")
     check_choice("algorithm", algorithm, ("ring", "tree"))
     check_broadcast(world_size=world_size, alpha_step_us=alpha_step_us)
@@ -131,6 +133,11 @@ def latency_term_us(world_size, alpha_step_us: float, algorithm: str = "ring"):
 def article_table(busbw_GBps: float = ARTICLE_BUSBW_GBps, size_bytes: float = ARTICLE_GRADIENT_BYTES,
                   world_sizes=(2, 4, 8)) -> pd.DataFrame:
     """The article's example as a table: N, factor 2(N-1)/N, bandwidth-only all-reduce time (ms)."""
+    check_whole("world_sizes", world_sizes, low=1, high=MAX_WORLD_SIZE, unit="ranks")
+    check_range("busbw_GBps", busbw_GBps, low=0, low_open=True, unit="GB/s")
+    check_range("size_bytes", size_bytes, low=0, high=np.inf, high_open=True, unit="bytes")
+    if np.ndim(busbw_GBps) or np.ndim(size_bytes):
+        raise LabInputError("article_table takes one busbw_GBps and one size_bytes (a row per world size)")
     n = np.asarray(world_sizes, dtype=float)
     return pd.DataFrame({"world_size": np.asarray(world_sizes, dtype=int),
                          "factor": bus_factor("all_reduce", n),
@@ -174,23 +181,25 @@ def _as_frame(frame) -> pd.DataFrame:
                         "with columns size_bytes, world_size and the time, one row per size")
 
 
-def _check_numbers(frame: pd.DataFrame, columns) -> None:
-    """Each column holds numbers, none infinite; LabInputError naming the column, row and value."""
+def _check_numbers(frame: pd.DataFrame, columns) -> pd.DataFrame:
+    """The frame with each of `columns` as floats; LabInputError naming the column, row and value
+    for text (a number given as text is a slip, not a number), booleans, None, an infinity, a
+    negative value or NaN in a size or world size. NaN and 0 times stay: nothing was measured there."""
+    out = {}
     for name in columns:
         values = frame[name]
-        if values.dtype == bool or not pd.api.types.is_numeric_dtype(values):
-            numbers = pd.to_numeric(values, errors="coerce")
-            bad = values[numbers.isna() & values.notna()]
-            if values.dtype == bool or len(bad):
-                row, value = (values.index[0], values.iloc[0]) if values.dtype == bool else (bad.index[0], bad.iloc[0])
-                raise LabInputError(f"{name}={value!r} (row {row}) is not a number: the sweep's {name} must hold "
-                                    "numbers, not text")
-            values = numbers
-        values = values.astype(float)
-        infinite = values[np.isinf(values)]
-        if len(infinite):
-            raise LabInputError(f"{name}={float(infinite.iloc[0])!r} (row {infinite.index[0]}) is not a "
-                                "measurement: a finite number is needed")
+        for row, value in values.items():
+            real = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+            try:
+                number = float(value) if real else math.nan
+            except OverflowError:
+                number = math.inf
+            if not real or math.isinf(number) or number < 0 or (math.isnan(number) and name != columns[-1]):
+                what = "not a number" if not real else "not a measurement"
+                raise LabInputError(f"{name}={value!r:.40} (row {row}) is {what}: the sweep's {name} must hold "
+                                    f"finite numbers >= 0, one per row")
+        out[name] = values.astype(float)
+    return frame.assign(**out)
 
 
 def _clean_frame(frame: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -204,8 +213,7 @@ def _clean_frame(frame: pd.DataFrame, column: str) -> pd.DataFrame:
     missing = needed - set(frame.columns)
     if missing:
         raise LabInputError(f"the sweep frame lacks column(s) {sorted(missing)}; have {list(frame.columns)}")
-    _check_numbers(frame, ("size_bytes", "world_size", column))
-    frame = frame.assign(**{c: pd.to_numeric(frame[c]) for c in ("size_bytes", "world_size", column)})
+    frame = _check_numbers(frame, ("size_bytes", "world_size", column))
     rows = frame[(frame[column] > 0) & (frame["size_bytes"] > 0)]
     for name, unit in (("size_bytes", "bytes"), ("world_size", "ranks")):
         fractional = rows.loc[np.mod(rows[name].astype(float), 1) != 0, name]
@@ -219,7 +227,7 @@ def _clean_frame(frame: pd.DataFrame, column: str) -> pd.DataFrame:
     if len(rows) < 2:
         raise LabInputError(f"fitting needs at least 2 sizes with a positive {column}; got {len(rows)}")
     worlds = rows["world_size"].unique()
-    if len(worlds) != 1 or not worlds[0] >= 2:
+    if len(worlds) != 1 or not 2 <= worlds[0] <= MAX_WORLD_SIZE:
         raise LabInputError(f"fitting needs one world size >= 2 in the frame; got {sorted(worlds)}")
     return rows.sort_values("size_bytes")
 
@@ -352,6 +360,7 @@ def heldout_sentence(inside: pd.DataFrame, beyond: pd.DataFrame, predict_bytes: 
     extrapolation, and when it reaches further past the sweep than the check's held-out sizes
     past their fit, the sentence says the check understates it; below the smallest, the check
     (which extrapolates upwards) does not cover it."""
+    check_range("predict_bytes", predict_bytes, low=0, low_open=True, high=np.inf, high_open=True, unit="bytes")
     (i_med, i_max), (b_med, b_max) = heldout_errors(inside), heldout_errors(beyond)
     if math.isnan(i_med) or math.isnan(b_med):
         return "Too few sizes to hold any out: measure more sizes to check the fit."
