@@ -2,7 +2,8 @@
 
 Each concept module that offers a subcommand defines `add_cli(subparsers)`, which adds its parser
 and sets `func(args) -> int`. Bad input ends with one line on stderr naming the parameter and exit
-status 2, before anything starts: a LabInputError from the command, or argparse's own complaint
+status 2, before anything starts: a LabInputError from the command (or from $LAB_RESULTS_DIR, checked
+for the subcommands that keep results), or argparse's own complaint
 (an unknown option, a value that is not a number), printed after the short usage so that the last
 line is always the one that names the value.
 """
@@ -14,6 +15,7 @@ import importlib
 import sys
 
 from labutils.core.inputs import LabInputError
+from labutils.core.results import check_results_dir
 
 # Each subcommand and the module that defines it (its `add_cli`), in the order `--help` lists them.
 # Only the module of the subcommand asked for is imported, so `python -m labutils budget` loads no
@@ -31,6 +33,9 @@ COMMANDS = {
     "run-notebooks": "labutils.course.runner",
     "lab": "labutils.course.lab",
 }
+# The subcommands that read or keep results (sweep saves one, doctor reads the newest, the
+# notebooks run by run-notebooks and lab save theirs): $LAB_RESULTS_DIR is checked before they start.
+KEEPS_RESULTS = {"sweep", "doctor", "run-notebooks", "lab"}
 
 
 class LabArgumentParser(argparse.ArgumentParser):
@@ -67,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if args.command in KEEPS_RESULTS:
+            check_results_dir()
         return int(args.func(args) or 0)
     except LabInputError as exc:
         print("error: " + " ".join(str(exc).split()), file=sys.stderr)

@@ -142,7 +142,7 @@ def test_startups_that_eat_the_saving_need_infinite_bandwidth():
     assert math.isinf(b.min_bandwidth_GBps)
     assert "startups alone" in b.notes["min_bandwidth_GBps"] and "0.4 ms" in b.notes["min_bandwidth_GBps"]
     # D exactly zero is never too
-    assert math.isinf(bm.min_bandwidth_GBps(1.0, 0.8, 3.75, 0.1, 2e6))
+    assert math.isinf(bm.min_bandwidth_GBps(1.0, 0.8, 3, 0.125, 2e6))  # Q·ℓ = 3 × 0.125 = 0.375 ms: D = 0
 
 
 def test_communication_at_least_the_compute_needs_impossible_eta():

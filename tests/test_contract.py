@@ -197,6 +197,7 @@ CASES = [
     ([*B, "--N", "1"], "N="),
     ([*B, "--N", "2.5"], "N="),
     ([*B, "--wire-dtype", "fp8"], "wire_dtype"),
+    ([*B, "--Q", "1.5"], "Q=1.5"),
     # tp-check
     ([*T, "--nproc", "0"], "nproc"),
     ([*T, "--nproc", "256"], "nproc=256"),
@@ -211,6 +212,7 @@ CASES = [
     ([*T, "--seed", "-1"], "seed"),
     ([*T, "--timeout-s", "inf"], "timeout_s"),
     ([*T, "--timeout-s", "0"], "timeout_s"),
+    ([*T, "--timeout-s", "1e-6"], "timeout_s=1e-06"),
     (["tp-check", "--backend", "nccl", "--nproc", "2"], "nproc"),
     # run-notebooks
     ([*R, "--only", ""], "--only"),
@@ -218,6 +220,7 @@ CASES = [
     ([*R, "--only", "99"], "--only"),
     ([*R, "--out", ""], "--out"),
     ([*R, "--out", "{file}"], "--out"),
+    ([*R, "--out", "/proc/lab-out"], "--out='/proc/lab-out' cannot be made"),
     ([*R, "--notebooks", "{empty_nb}"], "--notebooks"),
     ([*R, "--notebooks", "{file}"], "--notebooks"),
     ([*R, "--only", "02", "--param", "no_such=1"], "no_such"),

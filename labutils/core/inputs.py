@@ -1,4 +1,5 @@
-"""Input checks shared by every module: one clear message naming the parameter, value and range;
+"""Input checks shared by every module: one clear message naming the parameter, value and range
+(numbers, counts, folders to write in);
 and the numbers the models take, numbers and arrays alike (`as_float_array`, `float_or_array`,
 `safe_divide`).
 
@@ -10,6 +11,9 @@ whose denominator can reach zero is written once, here, as `safe_divide`.
 from __future__ import annotations
 
 import math
+import os
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -39,7 +43,9 @@ def check_range(name: str, value, *, low: float = -math.inf, high: float = math.
     try:
         vals = _values(value)
     except (TypeError, ValueError):
-        raise LabInputError(f"{name} must be a number, got {value!r}") from None
+        raise LabInputError(f"{name} must be a number, got {_short(value)}") from None
+    except OverflowError:  # an int past float's range (10**400): no quantity of the lab is that large
+        raise LabInputError(f"{name}={_short(value)} is too large to be a number of this lab") from None
     left = "(" if low_open else "["
     right = ")" if high_open else "]"
     lo = "-inf" if low == -math.inf else f"{low:g}"
@@ -53,20 +59,82 @@ def check_range(name: str, value, *, low: float = -math.inf, high: float = math.
         raise LabInputError(f"{name}={shown!r} is outside the allowed range {allowed}")
 
 
+def _short(value, limit: int = 60) -> str:
+    """repr(value), cut to `limit` characters: a message stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def check_int(name: str, value, *, low: int | None = None, high: int | None = None) -> int:
-    """Return `value` as int, or raise LabInputError naming `name` and the allowed range."""
+    """Return `value` as int, or raise LabInputError naming `name` and the allowed range.
+
+    A whole float (2.0, numpy's 2.0) is that int; 2.5, NaN, inf, booleans and text are refused."""
     if isinstance(value, np.generic) and not isinstance(value, np.bool_):
         value = value.item()
+    lo = "-inf" if low is None else str(low)
+    hi = "inf" if high is None else str(high)
     whole = isinstance(value, (int, float)) and not isinstance(value, bool) and (
         isinstance(value, int) or float(value).is_integer())
     if not whole:
-        raise LabInputError(f"{name} must be a whole number, got {value!r}")
+        raise LabInputError(f"{name} must be a whole number in [{lo}, {hi}], got {_short(value)}")
     ivalue = int(value)
     if (low is not None and ivalue < low) or (high is not None and ivalue > high):
-        lo = "-inf" if low is None else str(low)
-        hi = "inf" if high is None else str(high)
-        raise LabInputError(f"{name}={ivalue} is outside the allowed range [{lo}, {hi}]")
+        raise LabInputError(f"{name}={_short(ivalue)} is outside the allowed range [{lo}, {hi}]")
     return ivalue
+
+
+def check_whole(name: str, value, *, low: float = 0, high: float = math.inf, unit: str = "") -> None:
+    """`check_range` for counts (numbers or arrays): every element also a whole number, so 2.0
+    passes and 2.5 is refused with one line naming the value."""
+    check_range(name, value, low=low, high=high, high_open=math.isinf(high), unit=unit)
+    vals = np.asarray(value, dtype=float).ravel()
+    frac = vals[np.mod(vals, 1) != 0]
+    if frac.size:
+        hi = "inf)" if math.isinf(high) else f"{high:g}]"
+        raise LabInputError(f"{name}={float(frac[0])!r} is not a whole number: a count in [{low:g}, {hi}"
+                            + (f" {unit}" if unit else ""))
+
+
+def check_writable_dir(name: str, path) -> Path:
+    """`path` as a Path when it is a folder this process can write files in, or one it can make;
+    else LabInputError naming `name`: a file, a place that cannot be made (/proc/..., a read-only
+    disk), a folder without write permission. Finding out leaves nothing behind: the folders
+    made and the probe file written are removed again."""
+    text = str(path)
+    if not text.strip():
+        raise LabInputError(f"{name}={text!r} names no folder; give one such as out/")
+    made: list[Path] = []
+    step = "cannot be read"
+    try:
+        target = Path(text).expanduser()
+        if target.exists() and not target.is_dir():
+            raise LabInputError(f"{name}={text!r} is a file, not a folder")
+        missing, first = [], target
+        while not first.exists():
+            missing.append(first)
+            first = first.parent
+        if not first.is_dir():
+            raise LabInputError(f"{name}={text!r} cannot be made: {str(first)!r} is a file, not a folder")
+        step = "cannot be made"
+        for folder in reversed(missing):
+            folder.mkdir()
+            made.append(folder)
+        step = "is a folder no file can be written in"
+        fd, probe = tempfile.mkstemp(dir=target, prefix=".lab-write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except LabInputError:
+        raise
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the name
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise LabInputError(f"{name}={text!r} {step} ({why}); give a folder this process can write") from None
+    finally:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+    return target
 
 
 def check_broadcast(**values) -> tuple[int, ...]:

@@ -23,14 +23,35 @@ from pathlib import Path
 
 import pandas as pd
 
+from labutils.core.inputs import check_writable_dir
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO_ROOT / "data"
 
 
+def _configured_dir() -> tuple[str, Path]:
+    """(what names it, the folder): $LAB_RESULTS_DIR when set, else <repo>/data/results."""
+    env = os.environ.get("LAB_RESULTS_DIR")
+    return ("LAB_RESULTS_DIR", Path(env)) if env else ("the results folder", DATA_DIR / "results")
+
+
+def check_results_dir() -> Path:
+    """The results folder when this process can write in it or make it; else LabInputError naming
+    LAB_RESULTS_DIR (a file, /proc/..., a read-only place). Makes nothing: the commands that keep
+    results check it before they start (labutils.cli)."""
+    name, path = _configured_dir()
+    return check_writable_dir(name, path)
+
+
 def results_dir() -> Path:
-    """Where result files live: $LAB_RESULTS_DIR, else <repo>/data/results. Created if missing."""
-    path = Path(os.environ.get("LAB_RESULTS_DIR") or DATA_DIR / "results")
-    path.mkdir(parents=True, exist_ok=True)
+    """Where result files live: $LAB_RESULTS_DIR, else <repo>/data/results. Created if missing;
+    LabInputError naming LAB_RESULTS_DIR when it is a file or cannot be made."""
+    name, path = _configured_dir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError):
+        check_writable_dir(name, path)  # says why in one line
+        raise
     return path
 
 

@@ -10,6 +10,7 @@ from labutils.core.inputs import LabInputError
 from labutils.core.results import to_json
 from labutils.model.budget import (
     BASE_CASE,
+    MAX_DEVICES,
     PARAMETERS,
     RESULT_FIELDS,
     WIRE_DTYPES,
@@ -86,7 +87,8 @@ def _devices_arg(text) -> int:
     try:
         return check_devices(value)
     except LabInputError:
-        raise LabInputError(f"N={text!r} is outside the allowed range: a whole number of devices >= 2 (--N)") from None
+        raise LabInputError(f"N={text!r} is outside the allowed range: a whole number of devices in "
+                            f"[2, {MAX_DEVICES:,}] (--N)") from None
 
 
 def _cli(args) -> int:

@@ -29,8 +29,8 @@ import papermill as pm
 from nbconvert import HTMLExporter
 from tqdm.auto import tqdm
 
-from labutils.core.inputs import LabInputError
-from labutils.core.results import REPO_ROOT, to_json, write_atomic
+from labutils.core.inputs import LabInputError, check_writable_dir
+from labutils.core.results import REPO_ROOT, check_results_dir, to_json, write_atomic
 from labutils.measure.placement import check_local_ranks
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -147,15 +147,11 @@ def check_params(params: dict, paths: list[Path]) -> None:
 
 
 def check_out_dir(out_dir, directory: Path = NOTEBOOK_DIR) -> Path:
-    """The output folder, or LabInputError naming --out for '', a file, or the notebooks' folder."""
-    text = str(out_dir)
-    if not text.strip():
-        raise LabInputError("--out '' names no folder; give one such as out/")
-    path = Path(text)
-    if path.exists() and not path.is_dir():
-        raise LabInputError(f"--out {text!r} is a file, not a folder")
+    """The output folder, or LabInputError naming --out for '', a file, a place that cannot be made
+    or written (/proc/..., a read-only disk), or the notebooks' folder. Makes nothing."""
+    path = check_writable_dir("--out", out_dir)
     if path.resolve() == Path(directory).resolve():
-        raise LabInputError(f"--out {text} is the notebooks' folder: the executed copies would replace them")
+        raise LabInputError(f"--out {str(out_dir)} is the notebooks' folder: the executed copies would replace them")
     return path
 
 
@@ -355,6 +351,10 @@ def run_notebooks(only: str | None = None, quick: bool = False, params: dict | N
     paths = find_notebooks(only, directory)
     out_dir = check_out_dir(out_dir, directory)
     check_params(params or {}, paths)
+    if results_dir is not None:
+        check_writable_dir("results_dir", results_dir)
+    elif os.environ.get("LAB_RESULTS_DIR"):
+        check_results_dir()
     parameters = {**({"quick": True} if quick else {}), **(params or {})}
     outcomes: list[NotebookOutcome] = []
     stopped, current, started = None, None, 0.0

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 from dataclasses import astuple, dataclass
 
 import pandas as pd
@@ -55,7 +56,7 @@ from labutils.experiments.tensor_parallel import (
     tolerance,
 )
 from labutils.measure.buffers import torch_dtype
-from labutils.measure.launch import MAX_TIMEOUT_S, free_memory_bytes, resolve_backend
+from labutils.measure.launch import MAX_TIMEOUT_S, RankError, free_memory_bytes, resolve_backend
 from labutils.measure.placement import check_local_ranks
 from labutils.measure.pool import shared_pool
 
@@ -361,6 +362,9 @@ def backward_report(frame: pd.DataFrame) -> str:
 # --- the command line: tp-check runs the forward check (tensor_parallel) and the backward one (here) ------
 
 MAX_SEED = 2**63 - 1
+# A rank is a new Python process that imports torch before it can answer: about 2 s on the 2-core
+# test machine, never under a second anywhere. A shorter timeout can only end in a hung-rank error.
+MIN_TIMEOUT_S = 1.0
 
 
 def tp_check_bytes(nproc: int, batch: int, hidden: int) -> tuple[int, int]:
@@ -381,7 +385,8 @@ def _tp_inputs(args):
     batch = check_int("batch", args.batch, low=1)
     hidden = check_int("hidden", args.hidden, low=1)
     check_int("seed", args.seed, low=0, high=MAX_SEED)
-    check_range("timeout_s", args.timeout_s, low=0, low_open=True, high=MAX_TIMEOUT_S, high_open=True, unit="s")
+    check_range("timeout_s", args.timeout_s, low=MIN_TIMEOUT_S, high=MAX_TIMEOUT_S, high_open=True,
+                unit="s (a rank needs about a second to start)")
     choice = resolve_backend(args.backend, args.device, nproc)
     weights, activations = tp_check_bytes(nproc, batch, hidden)
     free = free_memory_bytes(choice.device, nproc)
@@ -401,7 +406,14 @@ def _cli(args) -> int:
             os.environ["LAB_OVERSUBSCRIBE"] = "1"
             stack.callback(lambda: os.environ.pop("LAB_OVERSUBSCRIBE") if before is None
                            else os.environ.__setitem__("LAB_OVERSUBSCRIBE", before))
-        return _run_cli(args, dtypes, choice)
+        try:
+            return _run_cli(args, dtypes, choice)
+        except RankError as exc:  # the ranks were stopped; say so in one line, not a traceback
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            slow = " within " in first
+            hint = f" (--timeout-s {args.timeout_s:g}: a longer one gives slow ranks time)" if slow else ""
+            print(f"error: {first}{hint}", file=sys.stderr)
+            return 1
 
 
 def _run_cli(args, dtypes, choice) -> int:
@@ -437,5 +449,6 @@ def add_cli(sub) -> None:
     parser.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout-s", type=float, default=120.0)
+    parser.add_argument("--timeout-s", type=float, default=120.0,
+                        help=f"seconds before stuck ranks are stopped, at least {MIN_TIMEOUT_S:g} [120]")
     parser.set_defaults(func=_cli)

@@ -61,13 +61,14 @@ CPU of the process when that would still be a single CPU (a one-core rank, no sp
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from dataclasses import dataclass
 
 import torch
 
-from labutils.core.inputs import LabInputError, check_int
+from labutils.core.inputs import LabInputError, check_int, check_range
 
 MAX_THREADS_PER_RANK = 8
 RESERVE_CORES = 1
@@ -112,6 +113,21 @@ def _cores(layout) -> list[tuple[int, int, tuple[int, ...]]]:
         by_core.setdefault(c.core, []).append(c)
     cores = [(min(c.node for c in cpus), core, tuple(sorted(c.cpu for c in cpus))) for core, cpus in by_core.items()]
     return sorted(cores)
+
+
+def _check_layout(layout) -> list[tuple[int, int, tuple[int, ...]]]:
+    """The physical cores of `layout` (`_cores`), or LabInputError when it is not a CPU layout
+    (None, a number: give `cpu_layout()`) or lists no CPU this process may use."""
+    logical = getattr(layout, "logical", None)
+    if not isinstance(logical, (list, tuple)) or not all(isinstance(c, LogicalCpu) for c in logical):
+        raise LabInputError(f"layout={layout!r:.60} is not a CPU layout: give cpu_layout() (a CpuLayout)")
+    quota = getattr(layout, "quota_cpus", None)
+    if quota is not None:
+        check_range("layout.quota_cpus", quota, low=0, low_open=True, high=math.inf, high_open=True, unit="CPUs")
+    cores = _cores(layout)
+    if not cores:
+        raise LabInputError("the CPU layout lists no CPU this process may use")
+    return cores
 
 
 def usable_cores(layout) -> int:
@@ -191,18 +207,20 @@ def plan_placement(layout, nranks: int, threads_per_rank: int | None = None, res
     threads_per_rank: None = planned (capped at `max_threads`); a number = asked for.
     reserve_cores: cores kept for no rank; None = 1 from 8 usable cores up, else 0.
     """
-    nranks = check_int("nranks", nranks, low=1)
+    cores = _check_layout(layout)
+    usable = usable_cores(layout)
+    # no more ranks than an oversubscribed machine holds: a plan lists every rank's CPUs
+    nranks = check_int("nranks", nranks, low=1, high=max_local_ranks(usable, oversubscribe=True))
     max_threads = check_int("max_threads", max_threads, low=1)
     if threads_per_rank is not None:
         threads_per_rank = check_int("threads_per_rank", threads_per_rank, low=1)
-    if reserve_cores is not None:
-        reserve_cores = check_int("reserve_cores", reserve_cores, low=0)
-    cores = _cores(layout)
-    if not cores:
-        raise LabInputError("the CPU layout lists no CPU this process may use")
+    if reserve_cores is not None:  # kept only beside a core for every rank: more is refused, not dropped
+        reserve_cores = check_int("reserve_cores", reserve_cores, low=0, high=max(0, usable - nranks))
+    if gpu_nodes is not None and not isinstance(gpu_nodes, (list, tuple)):
+        raise LabInputError(f"gpu_nodes={gpu_nodes!r:.60} must be a tuple of NUMA nodes, one per rank (-1: unknown)")
+    gpu_nodes = tuple(check_int(f"gpu_nodes[{r}]", n, low=-1) for r, n in enumerate(gpu_nodes or ()))
     every = tuple(sorted(c for _, _, cpus in cores for c in cpus))
     quota = getattr(layout, "quota_cpus", None)
-    usable = usable_cores(layout)
     smt = len(every) > len(cores)
     where = (f"{usable} usable core(s)" + (f" (cgroup quota {quota:g} CPUs)" if quota and usable < len(cores) else "")
              + (", SMT siblings kept together" if smt else ""))
@@ -225,7 +243,6 @@ def plan_placement(layout, nranks: int, threads_per_rank: int | None = None, res
     else:
         threads = usable // nranks
         notes.append(f"{threads_per_rank} threads per rank were asked for, {threads} fit")
-    gpu_nodes = tuple(int(n) for n in (gpu_nodes or ()))
     ranks = _assign(cores, nranks, threads, gpu_nodes)
     near = [r for r, rank in enumerate(ranks) if r < len(gpu_nodes) and {n for n, _, _ in rank} == {gpu_nodes[r]}]
     if near:
@@ -357,10 +374,13 @@ def count_cpulist(cpulist: str) -> int:
 
 
 def parse_cpulist(cpulist: str) -> list[int]:
-    """The CPU ids of a kernel cpulist, ascending: "0-2,8" -> [0, 1, 2, 8]."""
+    """The CPU ids of a kernel cpulist, ascending: "0-2,8" -> [0, 1, 2, 8]; LabInputError for text
+    the kernel does not write ("a-b", "3-1", "0 0")."""
     cpus: set[int] = set()
-    for part in filter(None, cpulist.strip().split(",")):
-        lo, _, hi = part.partition("-")
+    for part in filter(None, str(cpulist).strip().split(",")):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or not (hi or lo).isdigit() or int(hi or lo) < int(lo):
+            raise LabInputError(f"cpulist={cpulist!r:.60} is not a kernel CPU list such as '0-3,8'")
         cpus.update(range(int(lo), int(hi or lo) + 1))
     return sorted(cpus)
 

@@ -47,6 +47,7 @@ from labutils.core.inputs import (
     as_float_array,
     check_broadcast,
     check_range,
+    check_whole,
     float_or_array,
     safe_divide,
 )
@@ -70,6 +71,8 @@ _RANGES = {
     # an infinite bandwidth is allowed: it shows what the startup costs alone do
     "bandwidth_GBps": {"low": 0.0, "low_open": True, "unit": "GB/s (decimal)"},
 }
+# More devices than any machine holds (the largest hold about 10**5); N stays exact as a float.
+MAX_DEVICES = 10**9
 _WIRE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
 
@@ -77,17 +80,24 @@ _WIRE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float1
 
 def check_inputs(**params) -> None:
     """Raise LabInputError for the first parameter outside its range (see _RANGES): None, text, NaN,
-    a negative count, an infinite time; or for arrays that do not broadcast together."""
+    a negative count, an infinite time, a count of exchanges Q that is not whole (2.0 is 2, 1.5
+    no count), an empty array; or for arrays that do not broadcast together."""
     for name, value in params.items():
         check_range(name, value, **_RANGES[name])
+        if np.size(value) == 0:
+            raise LabInputError(f"{name}={value!r} is empty: give a number, or an array of at least one")
+    if "Q" in params:
+        check_whole("Q", params["Q"], unit="communications")
     check_broadcast(**params)
 
 
 def check_devices(n_devices, name: str = "n_devices") -> int:
     """n_devices as an int, or LabInputError (naming `name`) unless it is a whole number of devices >= 2."""
     value = n_devices.item() if isinstance(n_devices, np.generic) else n_devices
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer() or value < 2:
-        raise LabInputError(f"{name}={n_devices!r} is outside the allowed range: a whole number of devices >= 2")
+    whole = not isinstance(value, bool) and (isinstance(value, int) or isinstance(value, float) and value.is_integer())
+    if not whole or not 2 <= value <= MAX_DEVICES:
+        raise LabInputError(f"{name}={n_devices!r} is outside the allowed range: a whole number of devices "
+                            f"in [2, {MAX_DEVICES:,}]")
     return int(value)
 
 

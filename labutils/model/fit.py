@@ -33,12 +33,15 @@ from labutils.core.inputs import (
     check_broadcast,
     check_choice,
     check_range,
+    check_whole,
     float_or_array,
 )
 
 # The source article's example: a 200 MB gradient (decimal MB) on a link with busbw ~22 GB/s.
 ARTICLE_GRADIENT_BYTES = 200e6
 ARTICLE_BUSBW_GBps = 22.0
+# More ranks than any job runs (the largest run about 10**5); 2(N-1)/N stays exact below it.
+MAX_WORLD_SIZE = 10**9
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def _check_allreduce(size_bytes, world_size, busbw_GBps, alpha_us, buckets) -> N
     """The door of `allreduce_ms`: each input in its range, whole buckets, shapes that broadcast."""
     check_range("size_bytes", size_bytes, low=0, unit="bytes")
     check_range("busbw_GBps", busbw_GBps, low=0, unit="GB/s")
-    check_range("world_size", world_size, low=1)
+    check_whole("world_size", world_size, low=1, high=MAX_WORLD_SIZE, unit="ranks")
     check_range("alpha_us", alpha_us, low=0, high=np.inf, high_open=True, unit="us")
     check_range("buckets", buckets, low=1, high=np.inf, high_open=True, unit="all-reduces")
     if not np.all(np.mod(as_float_array(buckets), 1) == 0):
@@ -117,15 +120,12 @@ def latency_term_us(world_size, alpha_step_us: float, algorithm: str = "ring"):
     The ring grows linearly with N, the tree logarithmically: why NCCL prefers trees at scale
     for small messages.
     """
-    check_range("world_size", world_size, low=1, high=np.inf, high_open=True)
+    check_whole("world_size", world_size, low=1, high=MAX_WORLD_SIZE, unit="ranks")
     check_range("alpha_step_us", alpha_step_us, low=0, high=np.inf, high_open=True, unit="us")
+    check_choice("algorithm", algorithm, ("ring", "tree"))
+    check_broadcast(world_size=world_size, alpha_step_us=alpha_step_us)
     n = np.asarray(world_size, dtype=float)
-    if algorithm == "ring":
-        steps = 2.0 * (n - 1.0)
-    elif algorithm == "tree":
-        steps = 2.0 * np.ceil(np.log2(n))
-    else:
-        raise LabInputError(f"algorithm={algorithm!r} is not one of: ring, tree")
+    steps = 2.0 * (n - 1.0) if algorithm == "ring" else 2.0 * np.ceil(np.log2(n))
     out = steps * alpha_step_us
     return float(out) if np.ndim(out) == 0 else out
 
@@ -133,6 +133,11 @@ def latency_term_us(world_size, alpha_step_us: float, algorithm: str = "ring"):
 def article_table(busbw_GBps: float = ARTICLE_BUSBW_GBps, size_bytes: float = ARTICLE_GRADIENT_BYTES,
                   world_sizes=(2, 4, 8)) -> pd.DataFrame:
     """The article's example as a table: N, factor 2(N-1)/N, bandwidth-only all-reduce time (ms)."""
+    check_whole("world_sizes", world_sizes, low=1, high=MAX_WORLD_SIZE, unit="ranks")
+    check_range("busbw_GBps", busbw_GBps, low=0, low_open=True, unit="GB/s")
+    check_range("size_bytes", size_bytes, low=0, high=np.inf, high_open=True, unit="bytes")
+    if np.ndim(busbw_GBps) or np.ndim(size_bytes):
+        raise LabInputError("article_table takes one busbw_GBps and one size_bytes (a row per world size)")
     n = np.asarray(world_sizes, dtype=float)
     return pd.DataFrame({"world_size": np.asarray(world_sizes, dtype=int),
                          "factor": bus_factor("all_reduce", n),
@@ -166,12 +171,55 @@ def _solve(x_bytes: np.ndarray, t_us: np.ndarray) -> tuple[float, float]:
     return float(a), float(b)
 
 
+def _as_frame(frame) -> pd.DataFrame:
+    """A sweep frame: a DataFrame, or the list of row dicts a student builds by hand; else LabInputError."""
+    if isinstance(frame, pd.DataFrame):
+        return frame
+    if isinstance(frame, (list, tuple)) and frame and all(isinstance(row, dict) for row in frame):
+        return pd.DataFrame(list(frame))
+    raise LabInputError(f"frame={frame!r:.60} is not a sweep: give a pandas DataFrame (or a list of row dicts) "
+                        "with columns size_bytes, world_size and the time, one row per size")
+
+
+def _check_numbers(frame: pd.DataFrame, columns) -> pd.DataFrame:
+    """The frame with each of `columns` as floats; LabInputError naming the column, row and value
+    for text (a number given as text is a slip, not a number), booleans, None, an infinity, a
+    negative value or NaN in a size or world size. NaN and 0 times stay: nothing was measured there."""
+    out = {}
+    for name in columns:
+        values = frame[name]
+        for row, value in values.items():
+            real = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+            try:
+                number = float(value) if real else math.nan
+            except OverflowError:
+                number = math.inf
+            if not real or math.isinf(number) or number < 0 or (math.isnan(number) and name != columns[-1]):
+                what = "not a number" if not real else "not a measurement"
+                raise LabInputError(f"{name}={value!r:.40} (row {row}) is {what}: the sweep's {name} must hold "
+                                    f"finite numbers >= 0, one per row")
+        out[name] = values.astype(float)
+    return frame.assign(**out)
+
+
 def _clean_frame(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    """The rows a fit uses: positive time and size, no wrong elements, the out-of-place half of an
+    nccl-tests log; LabInputError for a frame that is not a sweep (text, infinities, a fractional
+    size or world size, no single world size >= 2, fewer than 2 sizes)."""
+    frame = _as_frame(frame)
+    if not isinstance(column, str):
+        raise LabInputError(f"column={column!r} must name a column of the frame, such as 'time_us'")
     needed = {"size_bytes", "world_size", column}
     missing = needed - set(frame.columns)
     if missing:
         raise LabInputError(f"the sweep frame lacks column(s) {sorted(missing)}; have {list(frame.columns)}")
+    frame = _check_numbers(frame, ("size_bytes", "world_size", column))
     rows = frame[(frame[column] > 0) & (frame["size_bytes"] > 0)]
+    for name, unit in (("size_bytes", "bytes"), ("world_size", "ranks")):
+        fractional = rows.loc[np.mod(rows[name].astype(float), 1) != 0, name]
+        if len(fractional):
+            raise LabInputError(f"{name}={float(fractional.iloc[0])!r} (row {fractional.index[0]}) is not a whole "
+                                f"number of {unit}")
     if "wrong" in rows:
         rows = rows[~(rows["wrong"].fillna(0) > 0)]  # a wrong result is not a measurement
     if "in_place" in rows and rows["in_place"].nunique() > 1:
@@ -179,9 +227,25 @@ def _clean_frame(frame: pd.DataFrame, column: str) -> pd.DataFrame:
     if len(rows) < 2:
         raise LabInputError(f"fitting needs at least 2 sizes with a positive {column}; got {len(rows)}")
     worlds = rows["world_size"].unique()
-    if len(worlds) != 1 or int(worlds[0]) < 2:
+    if len(worlds) != 1 or not 2 <= worlds[0] <= MAX_WORLD_SIZE:
         raise LabInputError(f"fitting needs one world size >= 2 in the frame; got {sorted(worlds)}")
     return rows.sort_values("size_bytes")
+
+
+def _check_distinct(rows: pd.DataFrame) -> None:
+    """LabInputError when one size (of one op) appears twice: repetitions of one measurement, not
+    two points of the line. A fit takes one time per size (and its hold-out split would otherwise
+    test a size against its own twin); the message names the size and how to keep one."""
+    keys = ["op", "size_bytes"] if "op" in rows else ["size_bytes"]
+    counts = rows.groupby(keys).size()
+    repeated = counts[counts > 1]
+    if len(repeated):
+        key, times = repeated.index[0], int(repeated.iloc[0])
+        size = key[-1] if isinstance(key, tuple) else key
+        op = f" of {key[0]}" if isinstance(key, tuple) else ""
+        raise LabInputError(f"size_bytes={int(size)}{op} appears {times} times ({len(repeated)} size(s) repeated): "
+                            "repetitions of one size, not points of the line; keep one time per size, e.g. their "
+                            f"median: frame.groupby({keys!r}, as_index=False).median(numeric_only=True)")
 
 
 def _to_fit(a: float, b: float, n_points: int, world: int, backend: str, device: str, source: str) -> LinkFit:
@@ -226,6 +290,8 @@ def crossover_bytes(fit: LinkFit, op: str = "all_reduce") -> float:
 
     Below it the collective is latency-bound (time ~ alpha), above it bandwidth-bound.
     """
+    if not isinstance(fit, LinkFit):
+        raise LabInputError(f"fit={fit!r:.60} is not a LinkFit: give the result of fit_alpha_beta or load_link")
     factor = bus_factor(op, fit.world_size)
     if factor == 0 or math.isinf(fit.busbw_GBps):
         return math.inf
@@ -242,6 +308,7 @@ def fit_alpha_beta(frame: pd.DataFrame, column: str = "time_us", holdout: bool =
     relative error are the fit's quality. The returned alpha and busbw use every size.
     """
     rows = _clean_frame(frame, column)
+    _check_distinct(rows)
     world = int(rows["world_size"].iloc[0])
     backend = str(rows["backend"].iloc[0]) if "backend" in rows else "unknown"
     device = str(rows["device"].iloc[0]) if "device" in rows else ("cuda" if backend == "nccl" else "cpu")
@@ -266,6 +333,7 @@ def heldout_table(frame: pd.DataFrame, column: str = "time_us",
     held="largest": the largest sizes held out (`split_largest`, extrapolation)."""
     check_choice("held", held, tuple(HELD_SPLITS))
     rows = _clean_frame(frame, column)
+    _check_distinct(rows)
     train, out = HELD_SPLITS[held](rows)
     part = fit_alpha_beta(train, column, holdout=False)
     table = relative_errors(rows, part, column)
@@ -292,6 +360,7 @@ def heldout_sentence(inside: pd.DataFrame, beyond: pd.DataFrame, predict_bytes: 
     extrapolation, and when it reaches further past the sweep than the check's held-out sizes
     past their fit, the sentence says the check understates it; below the smallest, the check
     (which extrapolates upwards) does not cover it."""
+    check_range("predict_bytes", predict_bytes, low=0, low_open=True, high=np.inf, high_open=True, unit="bytes")
     (i_med, i_max), (b_med, b_max) = heldout_errors(inside), heldout_errors(beyond)
     if math.isnan(i_med) or math.isnan(b_med):
         return "Too few sizes to hold any out: measure more sizes to check the fit."
