@@ -343,9 +343,8 @@ def test_rounding_and_absurd_headers():
         parse_text(two_ranks().replace("nGpus 2", "nGpus 99999999"))
 
 
-def test_a_long_file_of_junk_is_refused_quickly(tmp_path):
-    import time
-    start = time.perf_counter()
+def test_a_long_file_of_junk_is_refused_after_its_first_lines():
+    """Refused once 100,000 lines held no header, rank line, program name or row: the rest is never
+    parsed (benchmarks/reader_speed.py times a 200 MB file)."""
     with pytest.raises(LabInputError, match="first 100000 lines"):
-        parse_text("1 2 float 3 4 5\n" * 2_000_000)
-    assert time.perf_counter() - start < 10
+        parse_text("1 2 float 3 4 5\n" * 100_001)
