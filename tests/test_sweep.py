@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from labutils.cli import main
+from labutils.measure import across_nodes as nodes
 from labutils.measure import sweep as col
 from labutils.measure.copies import copy_ceiling_GBps
 from labutils.measure.launch import free_port
@@ -211,23 +212,23 @@ SAMPLES = ROOT / "data" / "nccl_tests"
 
 
 def test_a_sweep_across_nodes_is_set_against_one_node_and_the_network():
-    c = col.across_nodes(SAMPLES / "sample_lab_sweep_2nodes_8xH100_ndr.json")
+    c = nodes.across_nodes(SAMPLES / "sample_lab_sweep_2nodes_8xH100_ndr.json")
     assert (c.ranks, c.nodes, c.hosts, c.intra_ranks) == (16, 2, ("gpu-a01", "gpu-a02"), 8)
     assert c.intra_label == "the same job's one-node sweep" and c.network.name == "InfiniBand NDR"
     assert 40 < c.across_GBps < 50 < 300 < c.intra_GBps
-    report = col.across_nodes_report(SAMPLES / "sample_lab_sweep_2nodes_8xH100_ndr.json", gradient_bytes=200e6)
+    report = nodes.across_nodes_report(SAMPLES / "sample_lab_sweep_2nodes_8xH100_ndr.json", gradient_bytes=200e6)
     assert report.startswith("SAMPLE:")
-    assert f"one node alone was {c.intra_GBps / c.across_GBps:.2f}x faster" in report
+    assert f"reached {c.across_GBps / c.intra_GBps:.2f}x the busbw of one node alone" in report
     assert f"reached {c.across_GBps / 50:.0%} of its 50 GB/s" in report
     far = 2 * 15 / 16 * 200e6 / (c.across_GBps * 1e6)
     assert f"{far:.1f} ms at the busbw across nodes" in report
-    assert col.across_nodes_report("").startswith("no multinode_result given")
+    assert nodes.across_nodes_report("").startswith("no multinode_result given")
 
 
 def test_the_network_row_carries_the_busbw_unless_the_result_names_it():
-    assert col.network_row(1.0).name == "Ethernet 10 GbE" and col.network_row(11.0).high_GBps == 12.5
-    assert col.network_row(20.0).name == "InfiniBand HDR" and col.network_row(500.0).high_GBps == 50.0
-    assert col.network_row(1.0, named="InfiniBand NDR").name == "InfiniBand NDR"
+    assert nodes.network_row(1.0).name == "Ethernet 10 GbE" and nodes.network_row(11.0).high_GBps == 12.5
+    assert nodes.network_row(20.0).name == "InfiniBand HDR" and nodes.network_row(500.0).high_GBps == 50.0
+    assert nodes.network_row(1.0, named="InfiniBand NDR").name == "InfiniBand NDR"
 
 
 def test_without_its_one_node_sweep_this_machine_stands_in(tmp_path, synthetic_sweep):
@@ -237,10 +238,10 @@ def test_without_its_one_node_sweep_this_machine_stands_in(tmp_path, synthetic_s
     frame = synthetic_sweep()
     frame["busbw_GBps"] = frame.size_bytes / frame.time_us / 1e3  # N = 2: busbw = algbw
     mine = col.SweepResult(frame, {"world_size": 2})
-    c = col.across_nodes(tmp_path / "across.json", intra=mine)
+    c = nodes.across_nodes(tmp_path / "across.json", intra=mine)
     assert c.intra_label == "this machine's sweep" and c.intra_GBps == mine.peak_busbw_GBps
     with pytest.raises(col.LabInputError, match="no one-node sweep of its job beside it"):
-        col.across_nodes(tmp_path / "across.json")
+        nodes.across_nodes(tmp_path / "across.json")
 
 
 @pytest.mark.parametrize("name, needle", [("nothing.json", "is not a file"), ("", "is not a file"),
@@ -248,4 +249,4 @@ def test_without_its_one_node_sweep_this_machine_stands_in(tmp_path, synthetic_s
                                           ("sample_lab_sweep_1node_8xH100.json", "ran on one node")])
 def test_a_file_that_is_no_sweep_across_nodes_is_one_line(name, needle):
     with pytest.raises(col.LabInputError, match=needle):
-        col.across_nodes(SAMPLES / name if name else SAMPLES)
+        nodes.across_nodes(SAMPLES / name if name else SAMPLES)
