@@ -29,8 +29,8 @@ judge closeness; `unit_slips` lists the slips a unit invites; `grade` puts them 
 reply. The graders sit with the part of the course they grade: `check_prediction` here (every notebook),
 `exercises_topology` (01), `exercises_busbw` (02), `exercises_transports` (03), `exercises_ring` (04-05),
 `exercises_tensor_parallel` (06-07), `exercises_budget` (08), `exercises_validation` (09),
-`exercises_ddp` (10). Their numbers come from the model modules; no formula is repeated in a
-grader.
+`exercises_ddp` (10), `exercises_ddp_hand` (11). Their numbers come from the model modules; no
+formula is repeated in a grader.
 """
 
 from __future__ import annotations
