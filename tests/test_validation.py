@@ -133,7 +133,7 @@ def test_overlap_table_bounds():
     runs = [split.assign(mode="overlap", chunks=k) for k in (1, 2, 4)]
     table = val.overlap_table(pd.concat([frame[frame["mode"] == "whole"], *runs]), LINK)
     assert list(table["chunks"]) == [1, 2, 4]
-    assert (table["overlap_bound_ms"] <= table["no_overlap_ms"]).all()
+    assert (table["ideal_overlap_ms"] <= table["no_overlap_ms"]).all()
     # more chunks, more latencies: the no-overlap prediction grows by l per extra chunk
     assert np.allclose(np.diff(table["no_overlap_ms"]), [LINK.latency_ms, 2 * LINK.latency_ms])
     with pytest.raises(LabInputError, match="chunks=1"):
@@ -314,7 +314,7 @@ def test_pays_sentence_from_the_measured_and_the_predicted_speedup():
 def _overlap(*measured):
     return pd.DataFrame({"chunks": [1, 2, 4][:len(measured)], "measured_ms": measured,
                          "no_overlap_ms": [1.0, 1.2, 1.6][:len(measured)],
-                         "overlap_bound_ms": [0.6, 0.7, 0.9][:len(measured)]})
+                         "ideal_overlap_ms": [0.6, 0.7, 0.9][:len(measured)]})
 
 
 def test_overlap_sentence_gain_none_and_loss():
@@ -345,3 +345,10 @@ def test_replicas_sentence_both_ways_and_ties():
     small = _replicas(1.0, 1.0, 1.0, batch=8)
     small["hidden"] = 64
     assert val.replicas_sentence(pd.concat([small, _replicas(3.70, 3.55, 7.40)])).startswith("Layer 64x448")
+
+
+def test_layer_frame_budget_note_rounds_the_budget_to_three_figures():
+    out = {"rows": [{"rank": 0, "mode": "whole"}], "round_s": [0.1], "dropped": []}
+    frame = st.layer_frame([out], 11.394433, 5)
+    assert st.budget_note(frame) == "Every size fitted the 11.4 s budget."
+    assert frame.attrs["budget_s"] == 11.394433  # the budget itself is kept whole
