@@ -305,8 +305,10 @@ def test_ulps_apart_counts_rounding_steps_at_the_largest_output():
 
 
 def test_vs_whole_sentence_says_ulps_and_whether_every_split_agreed():
-    frame = pd.DataFrame({"dtype": ["bfloat16"] * 4, "shards": [1, 2, 4, 4], "order": ["0..0", "0..1", "0..3", "3..0"],
-                          "vs_whole_rel": [0.0, 8.8106e-3, 8.8106e-3, 8.8106e-3], "vs_whole_ulps": [0.0, 1.0, 1.0, 1.0]})
+    frame = pd.DataFrame({"dtype": ["bfloat16"] * 4, "shards": [1, 2, 4, 4],
+                          "order": ["0..0", "0..1", "0..3", "3..0"],
+                          "vs_whole_rel": [0.0, 8.8106e-3, 8.8106e-3, 8.8106e-3],
+                          "vs_whole_ulps": [0.0, 1.0, 1.0, 1.0]})
     sentence = tp.vs_whole_sentence(frame, "bfloat16")
     assert sentence == ("split vs whole at most 8.8e-03 of max|whole| (vs_whole_rel): one ulp of bfloat16 at its "
                         "largest output, the same at every shard count and order")
