@@ -447,8 +447,9 @@ def split_step_sentence(whole_ms: float, split_ms: float, communication_ms: floa
 
 
 def slower_split_rank(steps: pd.DataFrame) -> dict:
-    """The "split" row (of `split_timing.time_layers`) of the rank with the longest median `total_ms`:
-    its all-reduce waits least for the other rank, so it is the fairest to set against its compute."""
+    """The "split" row (of `split_timing.time_layers`) of the rank with the longest median `total_ms`,
+    the slower rank, whose steps set `step_ms`: its all-reduce and its compute, set side by side,
+    are one rank's, never one rank's wait against the other's work."""
     split = steps[steps["mode"] == "split"]
     if split.empty:
         raise LabInputError("steps holds no 'split' rows; time_layers must run the mode 'split'")
