@@ -358,10 +358,12 @@ def test_layer_frame_budget_note_rounds_the_budget_to_three_figures():
 def test_replicas_sentence_says_how_much_longer_a_replica_waited():
     run = val.replicas_sentence(_replicas(28.5287, 31.4566, 16.7143))
     assert "a replica 31.5 ms, 10% longer than on one device alone)." in run
-    assert "a replica 3.55 ms, 4% shorter than on one device alone)." in val.replicas_sentence(_replicas(3.70, 3.55, 7.4))
+    shorter = val.replicas_sentence(_replicas(3.70, 3.55, 7.4))
+    assert "a replica 3.55 ms, 4% shorter than on one device alone)." in shorter
     assert "as long as on one device alone" in val.replicas_sentence(_replicas(4.0, 4.001, 2.0))
 
 
 def test_describe_break_even_keeps_three_figures():
     b = val.BreakEven(95.0e6, 1.26, "")
     assert val.describe_break_even(b) == "95.0 MFLOP (one-rank compute C = 1.26 ms)"
+    assert val.describe_break_even(val.BreakEven(245.4e6, 3.8, "")) == "245 MFLOP (one-rank compute C = 3.80 ms)"

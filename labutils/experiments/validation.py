@@ -278,10 +278,17 @@ def replicas_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def describe_break_even(b: BreakEven) -> str:
     """"88.6 MFLOP (one-rank compute C = 1.92 ms)", or the reason when there is no crossing: three
-    figures each, trailing zeros kept ("95.0 MFLOP"), so that the rows of a table read alike."""
+    figures each, trailing zeros kept ("95.0 MFLOP", `_three_figures`), so that the rows of a table read alike."""
     if not math.isfinite(b.work_flops) or b.work_flops == 0:
         return b.reason
-    return f"{b.work_flops / 1e6:#.3g} MFLOP (one-rank compute C = {b.C_ms:#.3g} ms)"
+    return f"{_three_figures(b.work_flops / 1e6)} MFLOP (one-rank compute C = {_three_figures(b.C_ms)} ms)"
+
+
+def _three_figures(x: float) -> str:
+    """`x` (> 0) to three significant figures, trailing zeros kept and no bare point: 95 -> '95.0',
+    245 -> '245', 3.8 -> '3.80', 1234.5 -> '1234' (no exponent)."""
+    decimals = max(0, 2 - math.floor(math.log10(abs(x))))
+    return f"{x:.{decimals}f}"
 
 
 # The predictions of T2 side by side: (view, column of compare_views, its error column, where eta comes from).
