@@ -25,7 +25,7 @@ def test_base_case_budget_fields_and_their_relations():
     assert b.comm_ms == pytest.approx(0.92)
     assert b.efficiency == pytest.approx(b.speedup / 2)
     assert b.break_even_C_ms == pytest.approx(0.92 / 0.375)
-    assert b.overlap_bound_ms == pytest.approx(8.3)
+    assert b.ideal_overlap_ms == pytest.approx(8.3)
     assert b.notes == {}
     assert set(b.as_dict()) == set(bm.RESULT_FIELDS) | {"notes"}
     assert all(isinstance(getattr(b, f), float) for f in bm.RESULT_FIELDS)
@@ -37,7 +37,7 @@ def test_single_functions_agree_with_evaluate():
     assert bm.comm_ms(**link) == pytest.approx(b.comm_ms)
     assert bm.t_one_ms(BASE["S_ms"], BASE["C_ms"]) == pytest.approx(b.t_one_ms)
     assert bm.t_two_ms(**BASE) == pytest.approx(b.t_two_ms)
-    assert bm.overlap_bound_ms(**BASE) == pytest.approx(b.overlap_bound_ms)
+    assert bm.ideal_overlap_ms(**BASE) == pytest.approx(b.ideal_overlap_ms)
     assert bm.break_even_C_ms(BASE["eta"], **link) == pytest.approx(b.break_even_C_ms)
     assert bm.min_bandwidth_GBps(BASE["C_ms"], BASE["eta"], BASE["Q"], BASE["latency_ms"],
                                  BASE["volume_bytes"]) == pytest.approx(b.min_bandwidth_GBps)
@@ -236,7 +236,7 @@ def test_every_quantity_on_four_devices():
     assert b.comm_ms == pytest.approx(1.56) == bm.comm_ms(**link, n_devices=4)
     assert b.t_two_ms == pytest.approx(0.8 + 3.75 + 1.56) == bm.t_two_ms(**BASE, n_devices=4)
     assert b.efficiency == pytest.approx(b.speedup / 4)
-    assert b.overlap_bound_ms == pytest.approx(0.8 + 3.75) == bm.overlap_bound_ms(**BASE, n_devices=4)
+    assert b.ideal_overlap_ms == pytest.approx(0.8 + 3.75) == bm.ideal_overlap_ms(**BASE, n_devices=4)
     assert bm.saved_fraction(0.8, n_devices=4) == pytest.approx(saved)
     assert b.break_even_C_ms == pytest.approx(1.56 / saved) == bm.break_even_C_ms(0.8, **link, n_devices=4)
     window = 12.0 * saved / 4 - 3 * 0.03
@@ -280,7 +280,10 @@ def test_n_device_notes_and_verdict_name_N():
 def test_devices_sentence_from_the_table_both_ways_and_the_tie():
     table = bm.devices_table(BASE)
     fp32 = bm.devices_sentence(table, "fp32")
-    assert "efficiency falls from 69 to 33 percent" in fp32 and "break-even C rises from 2.45 ms to 2.65 ms" in fp32
+    assert "efficiency falls from 69 to 33 percent" in fp32
+    # the break-even dips at N = 4 (2.45, 2.27, 2.65 ms): the sentence says so, not "rises"
+    assert "break-even C falls from 2.45 ms to 2.27 ms at N = 4, then rises to 2.65 ms at N = 8." in fp32
+    assert "break-even C rises from 1.39 ms to 1.83 ms" in bm.devices_sentence(table, "bf16")  # one way: no N named
     fast = bm.devices_table({**BASE, "latency_ms": 0.0, "bandwidth_GBps": 1000.0}, world_sizes=(2, 8))
     assert "break-even C falls from" in bm.devices_sentence(fast)  # no startups: the ring's bytes grow slower
     free = bm.devices_table({**BASE, "Q": 0}, world_sizes=(2, 8))  # no exchange: break-even 0 for every N
@@ -289,3 +292,10 @@ def test_devices_sentence_from_the_table_both_ways_and_the_tie():
     assert "stays at never" in bm.devices_sentence(never)
     with pytest.raises(LabInputError, match="not in this table"):
         bm.devices_sentence(bm.devices_table(BASE, wire_dtypes=("fp32",)), "bf16")
+
+
+def test_change_describes_the_whole_series_a_flat_stretch_included():
+    show = lambda x: f"{x:g}"  # noqa: E731
+    assert bm._change([1.0, 1.0, 2.0], [2, 4, 8], show) == "stays at 1 to N = 4, then rises to 2 at N = 8"
+    assert bm._change([3.0, 2.0, 1.0], [2, 4, 8], show) == "falls from 3 to 1"
+    assert bm._change([1.0, 1.0], [2, 4], show) == "stays at 1"

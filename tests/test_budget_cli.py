@@ -12,7 +12,7 @@ from labutils.model import budget as bm
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = {"t_one_ms", "t_two_ms", "comm_ms", "speedup", "efficiency", "break_even_C_ms", "min_bandwidth_GBps",
-        "min_eta", "overlap_bound_ms", "notes"}
+        "min_eta", "ideal_overlap_ms", "notes"}
 
 
 def _json(capsys, *argv):

@@ -497,3 +497,24 @@ def test_the_notebook_helpers_fill_in_the_plan_and_describe_the_gradients(synthe
     table = data_parallel.gradient_table([256, 512], 4, 2, link, synthetic_sweep())
     assert list(table["buckets (25 MiB)"]) == [1, 2] and table.loc[1, "parameters"] == 4 * (512 * 512 + 512)
     assert table.loc[0, "all-reduce, one α-β line (ms)"] == pytest.approx(allreduce_ms(4 * 263168, 2, 4.0, 100.0, 1))
+
+
+def test_overlap_verdict_says_little_overlap_when_some_of_the_sum_was_saved():
+    verdict = data_parallel.overlap_verdict({"backward_ms": 14.469, "allreduce_ms": 12.986, "together_ms": 25.711})
+    assert verdict.startswith("Little overlap (6% of the sum saved): together 25.7 ms against 14.5 + 13 = 27.5 ms")
+    assert data_parallel.overlap_verdict({"backward_ms": 10.0, "allreduce_ms": 6.0,
+                                          "together_ms": 15.99}).startswith("No overlap")  # 0% at the figure printed
+
+
+def test_allreduce_sources_sentence_names_the_closer_estimate():
+    assert data_parallel.allreduce_sources_sentence(0.20, 0.14).endswith("20% off read from the measured curve, "
+                                                                        "14% from one line (median): the one line "
+                                                                        "came closer here")
+    assert data_parallel.allreduce_sources_sentence(0.05, 0.30).endswith("the curve came closer")
+    assert data_parallel.allreduce_sources_sentence(0.101, 0.099).endswith("the two did as well")
+
+
+def test_binary_size_spells_the_1024_based_unit():
+    assert data_parallel.binary_size(16_793_600) == "16MiB"
+    assert data_parallel.binary_size(264_192) == "258KiB"
+    assert data_parallel.binary_size(512) == "512B"

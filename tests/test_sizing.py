@@ -183,3 +183,10 @@ def test_ddp_batch_follows_the_link_per_flop():
     assert one.batch_per_rank > eight.batch_per_rank > cpu.batch_per_rank  # gloo through the host: few bytes per flop
     quick = sizing.ddp_plan(RATES["h200"], quick=True, budget_s=8.0)
     assert quick.steps < one.steps and len(quick.widths) < len(one.widths)
+
+
+def test_layer_plan_why_names_the_hidden_sizes_h_and_h_star_as_notebook_08():
+    plan = sizing.layer_plan(RATES["laptop"], quick=False)
+    assert f"break-even near hidden size h* = {plan.break_even_hidden:.0f} (eta = 1)" in plan.why
+    assert f"h = {plan.hidden_sizes[0]}..{plan.hidden_sizes[-1]} spans it" in plan.why
+    assert "H =" not in plan.why  # 08's H is the communication time, not a hidden size

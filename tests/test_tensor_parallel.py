@@ -4,6 +4,7 @@ import math
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -270,3 +271,55 @@ def test_cli_rejects_bad_input_with_exit_status_2(capsys):
     assert main(["tp-check", "--dtypes", "float8"]) == 2
     assert "float8" in capsys.readouterr().err
     assert main(["tp-check", "--nproc", "3"]) == 2
+
+
+def test_split_step_sentence_names_the_rank_whose_all_reduce_and_compute_it_compares():
+    sentence = tp.split_step_sentence(3.883, 2.977, 0.5757, 1.9376, 2, rank=1)
+    assert "took 2.977 ms" in sentence and "(step_ms:" in sentence
+    assert "On rank 1, the slower, the all-reduce took 576 us, 0.30x that rank's compute (1938 us)" in sentence
+
+
+def test_slower_split_rank_is_the_split_rank_with_the_longest_total():
+    steps = pd.DataFrame({"mode": ["whole", "split", "split"], "rank": [0, 0, 1], "total_ms": [9.0, 2.86, 2.90],
+                          "communication_ms": [0.0, 0.772, 0.576], "compute_ms": [3.7, 1.77, 1.94]})
+    row = tp.slower_split_rank(steps)
+    assert row["rank"] == 1 and row["communication_ms"] == 0.576 and row["compute_ms"] == 1.94
+    with pytest.raises(LabInputError, match="split"):
+        tp.slower_split_rank(steps[steps["mode"] == "whole"])
+
+
+def test_timing_size_sentence_predicts_the_chosen_block_from_the_rate():
+    # 16 * 128 * 384^2 = 302 MFLOP at 98.5 GFLOP/s: 3.07 ms, not the 2 ms compute_size aims at before rounding
+    sentence = tp.timing_size_sentence(98.5e9, 128, 384)
+    assert "the 128x384 block" in sentence and "= 302 MFLOP" in sentence and "about 3.1 ms" in sentence
+    with pytest.raises(LabInputError, match="flops_per_s"):
+        tp.timing_size_sentence(0.0, 128, 384)
+
+
+def test_ulps_apart_counts_rounding_steps_at_the_largest_output():
+    ref = torch.tensor([1.5, -0.25, 0.0], dtype=torch.bfloat16)  # max 1.5: spacing 2^-7 in [1, 2)
+    one_step = ref.clone()
+    one_step[0] = 1.5 + 2.0 ** -7
+    assert tp.ulps_apart(one_step, ref) == 1.0
+    assert tp.ulps_apart(ref, ref) == 0.0
+
+
+def test_vs_whole_sentence_says_ulps_and_whether_every_split_agreed():
+    frame = pd.DataFrame({"dtype": ["bfloat16"] * 4, "shards": [1, 2, 4, 4],
+                          "order": ["0..0", "0..1", "0..3", "3..0"],
+                          "vs_whole_rel": [0.0, 8.8106e-3, 8.8106e-3, 8.8106e-3],
+                          "vs_whole_ulps": [0.0, 1.0, 1.0, 1.0]})
+    sentence = tp.vs_whole_sentence(frame, "bfloat16")
+    assert sentence == ("split vs whole at most 8.8e-03 of max|whole| (vs_whole_rel): one ulp of bfloat16 at its "
+                        "largest output, the same at every shard count and order")
+    frame.loc[3, ["vs_whole_rel", "vs_whole_ulps"]] = [1.76e-2, 2.0]
+    assert "2 ulps of bfloat16" in tp.vs_whole_sentence(frame, "bfloat16")
+    assert "the same" not in tp.vs_whole_sentence(frame, "bfloat16")
+    with pytest.raises(LabInputError, match="float16"):
+        tp.vs_whole_sentence(frame, "float16")
+
+
+def test_precision_study_orders_reversed_from_three_shards_on():
+    frame = tp.precision_study((8, 32), ("bfloat16",), (1, 2, 4), 0)
+    assert list(frame["order"]) == ["ranks 0..0", "ranks 0..1", "ranks 0..3", "ranks 3..0"]
+    assert (frame["vs_whole_ulps"] >= 0).all() and frame["vs_whole_ulps"].iloc[0] == 0.0

@@ -1,6 +1,9 @@
 """The timeline: a profiled step's events classified, merged over ranks, summed, saved and drawn."""
 
 import json
+import os
+import subprocess
+import sys
 
 import matplotlib
 import pytest
@@ -134,3 +137,23 @@ def test_default_folder_is_traces_inside_the_results_folder(monkeypatch, tmp_pat
     monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path))
     path = tl.save_trace(tl.merge_traces([_gpu_trace()]))
     assert path.parent == tmp_path / "traces" and path.name.startswith("timeline-")
+
+
+def test_quiet_profiler_sets_kinetos_level_only_inside(monkeypatch):
+    monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
+    with tl.quiet_profiler():
+        assert os.environ["KINETO_LOG_LEVEL"] == tl.KINETO_QUIET_LEVEL
+    assert "KINETO_LOG_LEVEL" not in os.environ
+    monkeypatch.setenv("KINETO_LOG_LEVEL", "2")
+    with tl.quiet_profiler():
+        pass
+    assert os.environ["KINETO_LOG_LEVEL"] == "2"
+
+
+def test_a_recording_prints_no_profiler_log_lines():
+    code = ("import torch; from labutils.measure.timeline import profile_step; "
+            "profile_step(lambda: torch.ones(8) @ torch.ones(8), warmup=0)")
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "USDT" not in done.stderr and "profiler_start" not in done.stderr, done.stderr

@@ -115,16 +115,17 @@ def test_summary_and_replicas_tables():
     frame = synthetic_frame()
     table = val.validation_table(frame, LINK)
     summary = val.summary_table(LINK, table, val.break_even(table), val.break_even(table, "T2_pred_ms"))
-    assert list(summary["quantity"])[:3] == ["link", "break-even, measured", "break-even, after the fact"]
+    assert list(summary["quantity"])[:3] == ["link", "break-even, measured",
+                                             "break-even, after the fact (C timed beside the split)"]
     both = val.summary_table(LINK, table, val.break_even(table), val.break_even(table, "T2_pred_ms"),
                              val.apriori_table(frame, LINK))
-    assert list(both["quantity"])[2] == "break-even, a priori (eta from the halves)"
+    assert list(both["quantity"])[2] == "break-even, a priori (eta from the halves; C timed before the split)"
     assert list(both["value"])[-2:] == ["0.0%", "0.0%"]  # budget-shaped timings: both views exact
     replicas = frame[frame["mode"] == "whole"].assign(mode="replica", ranks=2)
     out = val.replicas_table(pd.concat([frame, replicas]))
     two = out[out["setup"] == "two replicas"]["throughput_rows_per_s"].to_numpy()
     one = out[out["setup"] == "one device"]["throughput_rows_per_s"].to_numpy()
-    assert np.allclose(two, 2 * one)
+    assert np.allclose(two, 2 * one, atol=1) and out["throughput_rows_per_s"].map(type).eq(int).all()
 
 
 def test_overlap_table_bounds():
@@ -133,7 +134,7 @@ def test_overlap_table_bounds():
     runs = [split.assign(mode="overlap", chunks=k) for k in (1, 2, 4)]
     table = val.overlap_table(pd.concat([frame[frame["mode"] == "whole"], *runs]), LINK)
     assert list(table["chunks"]) == [1, 2, 4]
-    assert (table["overlap_bound_ms"] <= table["no_overlap_ms"]).all()
+    assert (table["ideal_overlap_ms"] <= table["no_overlap_ms"]).all()
     # more chunks, more latencies: the no-overlap prediction grows by l per extra chunk
     assert np.allclose(np.diff(table["no_overlap_ms"]), [LINK.latency_ms, 2 * LINK.latency_ms])
     with pytest.raises(LabInputError, match="chunks=1"):
@@ -314,7 +315,7 @@ def test_pays_sentence_from_the_measured_and_the_predicted_speedup():
 def _overlap(*measured):
     return pd.DataFrame({"chunks": [1, 2, 4][:len(measured)], "measured_ms": measured,
                          "no_overlap_ms": [1.0, 1.2, 1.6][:len(measured)],
-                         "overlap_bound_ms": [0.6, 0.7, 0.9][:len(measured)]})
+                         "ideal_overlap_ms": [0.6, 0.7, 0.9][:len(measured)]})
 
 
 def test_overlap_sentence_gain_none_and_loss():
@@ -345,3 +346,24 @@ def test_replicas_sentence_both_ways_and_ties():
     small = _replicas(1.0, 1.0, 1.0, batch=8)
     small["hidden"] = 64
     assert val.replicas_sentence(pd.concat([small, _replicas(3.70, 3.55, 7.40)])).startswith("Layer 64x448")
+
+
+def test_layer_frame_budget_note_rounds_the_budget_to_three_figures():
+    out = {"rows": [{"rank": 0, "mode": "whole"}], "round_s": [0.1], "dropped": []}
+    frame = st.layer_frame([out], 11.394433, 5)
+    assert st.budget_note(frame) == "Every size fitted the 11.4 s budget."
+    assert frame.attrs["budget_s"] == 11.394433  # the budget itself is kept whole
+
+
+def test_replicas_sentence_says_how_much_longer_a_replica_waited():
+    run = val.replicas_sentence(_replicas(28.5287, 31.4566, 16.7143))
+    assert "a replica 31.5 ms, 10% longer than on one device alone)." in run
+    shorter = val.replicas_sentence(_replicas(3.70, 3.55, 7.4))
+    assert "a replica 3.55 ms, 4% shorter than on one device alone)." in shorter
+    assert "as long as on one device alone" in val.replicas_sentence(_replicas(4.0, 4.001, 2.0))
+
+
+def test_describe_break_even_keeps_three_figures():
+    b = val.BreakEven(95.0e6, 1.26, "")
+    assert val.describe_break_even(b) == "95.0 MFLOP (one-rank compute C = 1.26 ms)"
+    assert val.describe_break_even(val.BreakEven(245.4e6, 3.8, "")) == "245 MFLOP (one-rank compute C = 3.80 ms)"

@@ -37,7 +37,7 @@ _LABELS = {"t_one_ms": ("one device, T1", "ms"), "t_two_ms": ("two devices, T2",
            "comm_ms": ("communication, H", "ms"), "speedup": ("speedup T1/T2", "x"),
            "efficiency": ("two-device efficiency", ""), "break_even_C_ms": ("break-even C", "ms"),
            "min_bandwidth_GBps": ("minimum bandwidth", "GB/s"), "min_eta": ("minimum eta", ""),
-           "overlap_bound_ms": ("overlap lower bound", "ms")}
+           "ideal_overlap_ms": ("perfect-overlap estimate", "ms")}
 
 
 def _number(name: str, text) -> float:

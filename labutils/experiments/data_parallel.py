@@ -125,7 +125,7 @@ def gradient_table(widths, depth: int, nproc: int, link, sweep: pd.DataFrame) ->
     rows = []
     for w in widths:
         grad, buckets = mlp_gradient_bytes(w, depth), mlp_bucket_count(w, depth, DEFAULT_BUCKET_MB)
-        rows.append({"width": w, "parameters": mlp_param_count(w, depth), "gradient": format_size(grad),
+        rows.append({"width": w, "parameters": mlp_param_count(w, depth), "gradient": binary_size(grad),
                      f"buckets ({DEFAULT_BUCKET_MB:g} MiB)": buckets,
                      "all-reduce, measured curve (ms)": bucket_comm_ms(
                          sweep, mlp_bucket_sizes(w, depth, DEFAULT_BUCKET_MB))[0],
@@ -136,11 +136,18 @@ def gradient_table(widths, depth: int, nproc: int, link, sweep: pd.DataFrame) ->
     return pd.DataFrame(rows)
 
 
+def binary_size(nbytes: float) -> str:
+    """`format_size` with its 1024-based unit spelt out, as notebook 05 writes sizes: 16793600 ->
+    '16MiB', 264192 -> '258KiB', 512 -> '512B'."""
+    short = format_size(nbytes)
+    return short + "iB" if short[-1] in "KMG" else short
+
+
 def sweep_note(sweep, low: int, high: int) -> str:
     """Which sizes the all-reduce curve covers, against the sizes the buckets need (bytes)."""
     sizes = sweep.frame["size_bytes"]
-    return (f"the measured curve: {format_size(int(sizes.min()))}B to {format_size(int(sizes.max()))}B "
-            f"({sweep.meta.get('date')}); the buckets need {format_size(low)}B to {format_size(high)}B")
+    return (f"the measured curve: {binary_size(int(sizes.min()))} to {binary_size(int(sizes.max()))} "
+            f"({sweep.meta.get('date')}); the buckets need {binary_size(low)} to {binary_size(high)}")
 
 
 # --- how far backward and the all-reduce got in each other's way ----------------------------------
@@ -161,8 +168,9 @@ def contention_table(probe: dict) -> pd.DataFrame:
 def overlap_verdict(probe: dict, margin: float = 0.9) -> str:
     """One sentence from the probe: did backward and the all-reduce overlap?
 
-    `together` at or above `margin` x (backward + all-reduce) means they ran one after the other
-    (or got in each other's way: above the sum, each slowed the other); below it, the share of the
+    `together` at or above `margin` x (backward + all-reduce) means they ran (nearly) one after the
+    other: "No overlap" when nothing of the sum was saved at the percent printed (above the sum,
+    each slowed the other), else "Little overlap" with the share saved; below it, the share of the
     shorter part that was hidden, (backward + all-reduce - together) / min(backward, all-reduce).
     """
     b, c, both = probe["backward_ms"], probe["allreduce_ms"], probe["together_ms"]
@@ -170,7 +178,9 @@ def overlap_verdict(probe: dict, margin: float = 0.9) -> str:
     if both >= margin * (b + c):
         worse = (" Together took longer than one after the other: each slowed the other down." if both > b + c
                  else "")
-        return (f"No overlap: together {both:.3g} ms against {b:.3g} + {c:.3g} = {b + c:.3g} ms one after the "
+        saved = round(100 * (1 - both / (b + c)))  # the share of the sum the overlap saved, as printed
+        head = f"Little overlap ({saved}% of the sum saved)" if saved > 0 else "No overlap"
+        return (f"{head}: together {both:.3g} ms against {b:.3g} + {c:.3g} = {b + c:.3g} ms one after the "
                 f"other ({both / (b + c):.0%} of the sum).{worse} The ideal-overlap estimate, which assumes the two "
                 "run side by side without slowing each other, is optimistic here.")
     return (f"Overlap: together {both:.3g} ms, below the sum {b + c:.3g} ms; {max(0.0, min(1.0, hidden)):.0%} of the "
@@ -231,7 +241,8 @@ class DataParallelRun:
         """One sentence: how many runs, how many timed steps each, and how many the budget cut."""
         s, cut = self.summary, int(self.summary["budget_cut"].sum())
         return (f"{len(s)} runs, {int(s['steps'].min())} to {int(s['steps'].max())} timed steps each"
-                + (f"; the budget set the count of {cut} of them" if cut else ""))
+                + (f"; the time budget, not `steps`, set the number of timed steps in "
+                   f"{'all' if cut == len(s) else cut} of them (budget_cut)" if cut else ""))
 
 
 def scaling_experiment(widths, depth: int = 4, batch_per_rank: int = 32, nproc: int = 2, steps: int = 10,
@@ -386,12 +397,12 @@ def scaling_sentence(scaling: pd.DataFrame) -> str:
     said faster / slower / as fast as one rank from the numbers, and DDP against the no-overlap variant."""
     big = scaling[scaling["gradient_bytes"] == scaling["gradient_bytes"].max()].set_index(["mode", "scaling"])
     weak, strong = big.loc[("ddp", "weak")], big.loc[("ddp", "strong")]
-    n, size = int(weak["world_size"]), format_size(int(weak["gradient_bytes"]))
+    n, size = int(weak["world_size"]), binary_size(int(weak["gradient_bytes"]))
     rate = _compared(1.0 / weak["speedup"], 1.0, "more", "fewer", "as many")
-    parts = [f"Largest model ({size}B gradient), DDP on {n} ranks: {weak['speedup']:.3g}x the samples per second of "
+    parts = [f"Largest model ({size} gradient), DDP on {n} ranks: {weak['speedup']:.3g}x the samples per second of "
              f"one rank ({rate} than one rank alone; weak-scaling efficiency {weak['efficiency']:.2f}, where "
              f"{n}x would be 1.00)" if rate != "as many" else
-             f"Largest model ({size}B gradient), DDP on {n} ranks: as many samples per second as one rank "
+             f"Largest model ({size} gradient), DDP on {n} ranks: as many samples per second as one rank "
              f"(weak-scaling efficiency {weak['efficiency']:.2f})",
              f"with the global batch fixed, its step took {strong['n_rank_ms']:.3g} ms against one rank's "
              f"{strong['one_rank_ms']:.3g} ms: " + _compared(strong["n_rank_ms"], strong["one_rank_ms"],
@@ -450,13 +461,22 @@ class Prediction:
         """The errors, where the measured steps lay against the estimates, and extrapolations."""
         lines = [f"no-overlap estimate's error (median): {self.step_error:.0%} with "
                  f"{self.compute.replace('_', '-')} compute, {self.own_compute_error:.0%} with the run's own compute",
-                 f"the all-reduce alone: {self.allreduce_error():.0%} off read from the measured curve, "
-                 f"{self.allreduce_error('comm_line_ms'):.0%} from one line (median)",
+                 allreduce_sources_sentence(self.allreduce_error(), self.allreduce_error("comm_line_ms")),
                  placement_sentence(self.default)]
         if self.table["extrapolated"].any():
             lines.append(f"{int(self.table['extrapolated'].sum())} run(s) have a bucket outside the measured sizes: "
                          "their all-reduce is extrapolated from the curve's end, not measured")
         return "\n".join(lines)
+
+
+def allreduce_sources_sentence(curve_error: float, line_error: float) -> str:
+    """The no-overlap runs' all-reduce against its two estimates (median relative errors): read off
+    the measured curve and from one alpha-beta line, and which came closer at the percent printed."""
+    curve, line = round(100 * curve_error), round(100 * line_error)
+    closer = ("the two did as well" if curve == line else
+              "the curve came closer" if curve < line else "the one line came closer here")
+    return (f"the all-reduce alone: {curve}% off read from the measured curve, {line}% from one line "
+            f"(median): {closer}")
 
 
 def predict_runs(summary: pd.DataFrame, link, sweep: pd.DataFrame, route) -> Prediction:
@@ -542,7 +562,7 @@ def time_breakdown(summary: pd.DataFrame) -> pd.DataFrame:
     is split into compute and exposed comm. The no-overlap variant times the wait on its own.
     """
     out = pd.DataFrame(index=summary.index)
-    out["label"] = [f"{format_size(r['gradient_bytes'])} grad, {r['mode']}, {r['world_size']} rank(s), "
+    out["label"] = [f"{binary_size(r['gradient_bytes'])} grad, {r['mode']}, {r['world_size']} rank(s), "
                     f"b={r['batch_per_rank']}" + (f", {r['bucket_cap_mb']:g} MiB buckets" if r["mode"] == "ddp" else "")
                     for _, r in summary.iterrows()]
     ddp = (summary["mode"] == "ddp").to_numpy()

@@ -222,7 +222,7 @@ def layer_frame(per_rank: list[dict], budget_s: float, min_reps: int) -> pd.Data
     frame = pd.DataFrame([row for out in per_rank for row in out["rows"]])
     dropped = [tuple(d) for d in per_rank[0]["dropped"]]
     frame.attrs.update(budget_s=budget_s, dropped_sizes=dropped, round_s=list(per_rank[0]["round_s"]),
-                       budget_note=dropped_sentence(dropped, budget_s, min_reps))
+                       budget_note=dropped_sentence(dropped, float(f"{budget_s:.3g}"), min_reps))  # as read: 11.4 s
     return frame
 
 

@@ -267,13 +267,25 @@ def compare(y, ref) -> dict:
             "max_rel": float(diff.max()) / scale, "mean_rel": float(diff.mean()) / scale}
 
 
+def ulps_apart(y, ref) -> float:
+    """max|y - ref| in units in the last place of `ref`'s dtype at its largest value: the spacing
+    eps * 2^floor(log2 max|ref|) of the numbers around max|ref|, the coarsest in the output (so a
+    figure of 1 is one rounding step of the largest outputs). 0 where the two are equal."""
+    info = torch.finfo(ref.dtype)
+    a, b = y.double(), ref.double().to(y.device)
+    top = max(float(b.abs().max()), info.tiny)
+    return float((a - b).abs().max()) / (info.eps * 2.0 ** math.floor(math.log2(top)))
+
+
 def precision_study(size=(32, 256), dtypes=("float32", "bfloat16", "float16"), shard_counts=(1, 2, 4, 8),
                     seed: int = 0, activation: str = "relu", device: str = "cpu") -> pd.DataFrame:
     """The MLP output (x W1 -> act -> W2, + b2) in each dtype and summation order, against float64.
 
-    Rows: dtype, shards, order ("ranks 0..N-1" or reversed), difference to the float64 whole
-    (max_abs, mean_abs, max_rel, mean_rel), `vs_whole_rel` = max_rel against the same dtype's
-    one-device result, and `tolerance` (see `tolerance`) with `within` = vs_whole_rel <= tolerance.
+    Rows: dtype, shards, order ("ranks 0..N-1", and reversed from 3 shards on: with two, a + b =
+    b + a in floating point too, so the reverse order would repeat the row), difference to the
+    float64 whole (max_abs, mean_abs, max_rel, mean_rel), `vs_whole_rel` = max_rel against the
+    same dtype's one-device result, `vs_whole_ulps` the same difference in units in the last place
+    at the largest output (`ulps_apart`), and `tolerance` (see `tolerance`) with `within` = vs_whole_rel <= tolerance.
     """
     size = as_size(size)
     ref_w = mlp_weights(size.hidden, size.ffn, seed, "float64", device)
@@ -290,7 +302,7 @@ def precision_study(size=(32, 256), dtypes=("float32", "bfloat16", "float16"), s
                 vs_whole = compare(y, whole)["max_rel"]
                 order = f"ranks {n - 1}..0" if reverse else f"ranks 0..{n - 1}"
                 rows.append({"dtype": dtype, "shards": n, "order": order, **compare(y, ref), "vs_whole_rel": vs_whole,
-                             "tolerance": tol, "within": vs_whole <= tol})
+                             "vs_whole_ulps": ulps_apart(y, whole), "tolerance": tol, "within": vs_whole <= tol})
     return pd.DataFrame(rows)
 
 
@@ -413,9 +425,11 @@ def _ratio_words(ratio: float, more: str, less: str, same: str) -> str:
 
 
 def split_step_sentence(whole_ms: float, split_ms: float, communication_ms: float, compute_ms: float,
-                        nproc: int) -> str:
-    """The timed step in words, from its medians (ms): the speedup whole / split, and the split's
-    all-reduce against its compute (both rounded as printed, two decimals, before they are compared)."""
+                        nproc: int, rank: int | None = None) -> str:
+    """The timed step in words, from its medians (ms): the speedup whole / split, and one rank's
+    all-reduce against the same rank's compute (ratios rounded as printed, two decimals, before
+    they are compared). `rank` names that rank (notebook 06 passes the slower one,
+    `slower_split_rank`: its all-reduce holds the least waiting for the other rank's compute)."""
     for name, value in (("whole_ms", whole_ms), ("split_ms", split_ms), ("compute_ms", compute_ms)):
         check_range(name, value, low=0, low_open=True, high=math.inf, high_open=True, unit="ms")
     check_range("communication_ms", communication_ms, low=0, high=math.inf, high_open=True, unit="ms")
@@ -423,8 +437,46 @@ def split_step_sentence(whole_ms: float, split_ms: float, communication_ms: floa
     faster = _ratio_words(speedup, "faster than", "slower than", "as fast as")
     share = communication_ms / compute_ms
     longer = _ratio_words(share, "longer than", "shorter than", "as long as")
-    return (f"The split over {nproc} ranks took {split_ms:.3f} ms, the whole layer {whole_ms:.3f} ms (each step "
-            f"timed to its slower rank, median over the repetitions): "
-            f"speedup {speedup:.2f}x, the split {faster} the whole. Its all-reduce took "
-            f"{1e3 * communication_ms:.0f} us, {share:.2f}x its compute ({1e3 * compute_ms:.0f} us): "
+    who, whose = ("Its all-reduce", "its") if rank is None else (f"On rank {rank}, the slower, the all-reduce",
+                                                                  "that rank's")
+    return (f"The split over {nproc} ranks took {split_ms:.3f} ms, the whole layer {whole_ms:.3f} ms (step_ms: each "
+            f"step timed to its slower rank, median over the repetitions): "
+            f"speedup {speedup:.2f}x, the split {faster} the whole. {who} took "
+            f"{1e3 * communication_ms:.0f} us, {share:.2f}x {whose} compute ({1e3 * compute_ms:.0f} us): "
             f"{longer} the compute.")
+
+
+def slower_split_rank(steps: pd.DataFrame) -> dict:
+    """The "split" row (of `split_timing.time_layers`) of the rank with the longest median `total_ms`,
+    the slower rank, whose steps set `step_ms`: its all-reduce and its compute, set side by side,
+    are one rank's, never one rank's wait against the other's work."""
+    split = steps[steps["mode"] == "split"]
+    if split.empty:
+        raise LabInputError("steps holds no 'split' rows; time_layers must run the mode 'split'")
+    return split.loc[split["total_ms"].idxmax()].to_dict()
+
+
+def timing_size_sentence(flops_per_s: float, tokens: int, hidden: int) -> str:
+    """What the chosen block predicts before it is timed: its work 16 b h^2 flop (W1: h x 4h, W2:
+    4h x h, two flop per multiply-add) over one rank's measured rate, in ms of whole-layer compute."""
+    check_range("flops_per_s", flops_per_s, low=0, low_open=True, high=math.inf, high_open=True, unit="flop/s")
+    work = as_size((tokens, hidden)).flops
+    return (f"One rank computes {flops_per_s / 1e9:.3g} GFLOP/s here (fp32 matrix product), so section 5 times the "
+            f"{tokens}x{hidden} block (tokens x hidden): 16·{tokens}·{hidden}² = {work / 1e6:.4g} MFLOP, "
+            f"about {1e3 * work / flops_per_s:.2g} ms of whole-layer compute at that rate.")
+
+
+def vs_whole_sentence(frame: pd.DataFrame, dtype: str) -> str:
+    """The split against the whole layer in `dtype` (`precision_study`'s vs_whole columns, the
+    split rows): the largest relative difference, that difference in ulps (one ulp: the split and
+    the whole differ by one rounding step where they differ most), and whether every shard count
+    and order gave the same figure."""
+    rows = frame[(frame["dtype"] == dtype) & (frame["shards"] > 1)]
+    if rows.empty:
+        raise LabInputError(f"dtype={dtype!r} has no split rows in the table; it holds {sorted(set(frame['dtype']))}")
+    rel, ulps = float(rows["vs_whole_rel"].max()), float(rows["vs_whole_ulps"].max())
+    steps = "one ulp" if round(ulps, 2) == 1 else f"{ulps:.3g} ulps"
+    same = (", the same at every shard count and order" if len(rows) > 1 and rows["vs_whole_rel"].nunique() == 1
+            else "")
+    return (f"split vs whole at most {rel:.1e} of max|whole| (vs_whole_rel): {steps} of {dtype} at its largest "
+            f"output{same}")

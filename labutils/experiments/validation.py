@@ -101,7 +101,7 @@ class BudgetInputs:
     eta_measured: float = math.nan
 
     def as_args(self) -> tuple:
-        """Positional arguments of labutils.model.budget.t_two_ms / evaluate / overlap_bound_ms."""
+        """Positional arguments of labutils.model.budget.t_two_ms / evaluate / ideal_overlap_ms."""
         return (self.S_ms, self.C_ms, self.eta, self.Q, self.latency_ms, self.volume_bytes, self.bandwidth_GBps)
 
 
@@ -239,8 +239,8 @@ def overlap_table(frame: pd.DataFrame, link) -> pd.DataFrame:
     """Chunked split steps ("overlap" rows) against the no-overlap and the perfect-overlap estimates.
 
     For k chunks: Q = k all-reduces of V/k bytes; no overlap: S + C/(2 eta) + k(l + V/(k B));
-    perfect overlap (column overlap_bound_ms, the article's bound, which holds only where nothing
-    contends): S + max(C/(2 eta), k(l + V/(k B))). eta comes from the k = 1 run (nothing to overlap).
+    perfect overlap (column ideal_overlap_ms, the article's best case, an estimate that assumes
+    nothing contends): S + max(C/(2 eta), k(l + V/(k B))). eta comes from the k = 1 run (nothing to overlap).
     """
 
     pairs = sorted(_pairs(frame, "overlap"), key=lambda p: int(p[1].chunks))
@@ -255,7 +255,7 @@ def overlap_table(frame: pd.DataFrame, link) -> pd.DataFrame:
         rows.append({"chunks": q, "measured_ms": float(r.step_ms), "compute_ms": float(r.compute_ms),
                      "exposed_comm_ms": float(r.communication_ms),
                      "no_overlap_ms": float(budget.t_two_ms(*inp.as_args())),
-                     "overlap_bound_ms": float(budget.overlap_bound_ms(*inp.as_args())), "T1_ms": float(one.step_ms)})
+                     "ideal_overlap_ms": float(budget.ideal_overlap_ms(*inp.as_args())), "T1_ms": float(one.step_ms)})
     return pd.DataFrame(rows)
 
 
@@ -271,15 +271,24 @@ def replicas_table(frame: pd.DataFrame) -> pd.DataFrame:
         for _, r in per_size(frame, mode).iterrows():
             rows.append({"setup": name, "batch": int(r.batch), "hidden": int(r.hidden),
                          "latency_ms": float(r.step_ms),
-                         "throughput_rows_per_s": batches * int(r.batch) / (float(r.step_ms) / 1e3)})
+                         # to the row per second: the figures below that are timer noise
+                         "throughput_rows_per_s": round(batches * int(r.batch) / (float(r.step_ms) / 1e3))})
     return pd.DataFrame(rows)
 
 
 def describe_break_even(b: BreakEven) -> str:
-    """"88.6 MFLOP (one-rank compute C = 1.92 ms)", or the reason when there is no crossing."""
+    """"88.6 MFLOP (one-rank compute C = 1.92 ms)", or the reason when there is no crossing: three
+    figures each, trailing zeros kept ("95.0 MFLOP", `_three_figures`), so that the rows of a table read alike."""
     if not math.isfinite(b.work_flops) or b.work_flops == 0:
         return b.reason
-    return f"{b.work_flops / 1e6:.3g} MFLOP (one-rank compute C = {b.C_ms:.3g} ms)"
+    return f"{_three_figures(b.work_flops / 1e6)} MFLOP (one-rank compute C = {_three_figures(b.C_ms)} ms)"
+
+
+def _three_figures(x: float) -> str:
+    """`x` (> 0) to three significant figures, trailing zeros kept and no bare point: 95 -> '95.0',
+    245 -> '245', 3.8 -> '3.80', 1234.5 -> '1234' (no exponent)."""
+    decimals = max(0, 2 - math.floor(math.log10(abs(x))))
+    return f"{x:.{decimals}f}"
 
 
 # The predictions of T2 side by side: (view, column of compare_views, its error column, where eta comes from).
@@ -340,8 +349,9 @@ def summary_table(link, table: pd.DataFrame, measured: BreakEven, predicted: Bre
                       f"busbw {link.busbw_GBps:.3g} GB/s"),
              ("break-even, measured", show(measured))]
     if apriori is not None:
-        items.append(("break-even, a priori (eta from the halves)", show(break_even(apriori, "T2_apriori_ms"))))
-    items += [("break-even, after the fact", show(predicted)),
+        items.append(("break-even, a priori (eta from the halves; C timed before the split)",
+                      show(break_even(apriori, "T2_apriori_ms"))))
+    items += [("break-even, after the fact (C timed beside the split)", show(predicted)),
               ("best measured speedup", f"{best.speedup:.2f}x at {int(best.batch)}x{int(best.hidden)} "
                                         f"(eta {best.eta:.2f})")]
     if apriori is not None:
@@ -453,7 +463,7 @@ def overlap_sentence(overlap: pd.DataFrame) -> str:
     if ratio < 0.995:
         return (f"Overlap bought {1 - ratio:.0%}: k = {k} chunks took {best['measured_ms']:.3g} ms against "
                 f"{base:.3g} ms with k = 1 (no-overlap estimate {best['no_overlap_ms']:.3g} ms, "
-                f"perfect-overlap estimate {best['overlap_bound_ms']:.3g} ms).")
+                f"perfect-overlap estimate {best['ideal_overlap_ms']:.3g} ms).")
     if ratio <= 1.005:
         return (f"Overlap bought nothing measurable: k = {k} chunks took {best['measured_ms']:.3g} ms, the same "
                 f"as k = 1 within 0.5%.")
@@ -468,7 +478,8 @@ def _compared(a: float, b: float, more: str, less: str, same: str) -> str:
 
 def replicas_sentence(replicas: pd.DataFrame) -> str:
     """Two replicas against one split layer for the largest size of a replicas_table: rows per
-    second and the wait of one batch, each against one device, compared at 3 figures."""
+    second and the wait of one batch, each against one device, compared at 3 figures; a replica's
+    wait also in percent of one device's (the replicas share the machine, so it is rarely equal)."""
     big = replicas[replicas["hidden"] == replicas["hidden"].max()].set_index("setup")
     one, rep, split = (big.loc[s] for s in ("one device", "two replicas", "one split layer"))
     thr = {s: float(big.loc[s, "throughput_rows_per_s"]) / float(one["throughput_rows_per_s"]) for s in big.index}
@@ -478,4 +489,13 @@ def replicas_sentence(replicas: pd.DataFrame) -> str:
     return (f"Layer {int(one['batch'])}x{int(one['hidden'])}: {rows} (two replicas {thr['two replicas']:.2f}x, "
             f"the split {thr['one split layer']:.2f}x one device's); the split answers one batch {wait} one "
             f"device ({split['latency_ms']:.3g} ms against {one['latency_ms']:.3g} ms; a replica "
-            f"{rep['latency_ms']:.3g} ms).")
+            f"{rep['latency_ms']:.3g} ms, {_replica_wait(float(rep['latency_ms']), float(one['latency_ms']))}).")
+
+
+def _replica_wait(replica_ms: float, one_ms: float) -> str:
+    """A replica's wait for its batch against one device alone, in percent as printed: the two
+    replicas run at once on one machine, so they share its memory bandwidth and caches."""
+    pct = round(100 * (replica_ms / one_ms - 1))
+    if pct == 0:
+        return "as long as on one device alone"
+    return f"{abs(pct)}% {'longer' if pct > 0 else 'shorter'} than on one device alone"

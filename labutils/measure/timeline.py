@@ -32,6 +32,7 @@ import os
 import re
 import socket
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,27 @@ OTHER_CATEGORIES = ("user_annotation", "gpu_user_annotation", "python_function",
 # --- 1. recording one step on each rank ---------------------------------------------------------------
 
 
+# libkineto (torch.profiler's C++ side) prints "USDT: ... profiler_start/profiler_stop" lines on
+# stderr at every recording. Its one supported switch is the KINETO_LOG_LEVEL environment variable,
+# which it reads when it first initialises in a process: 6 is above its highest level (USDT = 5).
+KINETO_QUIET_LEVEL = "6"
+
+
+@contextmanager
+def quiet_profiler():
+    """KINETO_LOG_LEVEL set to KINETO_QUIET_LEVEL while the block runs, the previous value (or its
+    absence) restored after: the recording prints no profiler log lines, the rest of the process is untouched."""
+    before = os.environ.get("KINETO_LOG_LEVEL")
+    os.environ["KINETO_LOG_LEVEL"] = KINETO_QUIET_LEVEL
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("KINETO_LOG_LEVEL", None)
+        else:
+            os.environ["KINETO_LOG_LEVEL"] = before
+
+
 def profile_step(step, device: str = "cpu", warmup: int = 2) -> dict:
     """Run `step()` `warmup` times, line the ranks up, record one more under torch.profiler; the trace.
 
@@ -68,7 +90,7 @@ def profile_step(step, device: str = "cpu", warmup: int = 2) -> dict:
     synchronize(device)
     barrier(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if is_cuda(device) else [])
-    with profile(activities=activities) as prof:
+    with quiet_profiler(), profile(activities=activities) as prof:
         barrier(device)  # again: starting the profiler takes each rank its own time
         with record_function(STEP_MARK):
             step()

@@ -57,7 +57,7 @@ BASE_CASE = {"S_ms": 0.8, "C_ms": 12.0, "eta": 0.8, "Q": 4, "latency_ms": 0.03,
              "volume_bytes": 2_000_000, "bandwidth_GBps": 10.0}
 PARAMETERS = tuple(BASE_CASE)
 RESULT_FIELDS = ("t_one_ms", "t_two_ms", "comm_ms", "speedup", "efficiency", "break_even_C_ms",
-                 "min_bandwidth_GBps", "min_eta", "overlap_bound_ms")
+                 "min_bandwidth_GBps", "min_eta", "ideal_overlap_ms")
 WIRE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per value on the wire; V is counted in fp32
 
 _TIME = {"low": 0.0, "high": math.inf, "high_open": True, "unit": "ms"}
@@ -263,9 +263,10 @@ def t_two_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, n_dev
 
 
 @_quiet
-def overlap_bound_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, n_devices=2, wire_dtype="fp32"):
-    """Optimistic lower bound with perfect overlap (ms), not a prediction: S + max(C/(2η), H) on two
-    devices, S + max(C/(Nη), H_N) on N."""
+def ideal_overlap_ms(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, n_devices=2, wire_dtype="fp32"):
+    """The perfect-overlap estimate (ms), the model's best case: S + max(C/(2η), H) on two devices,
+    S + max(C/(Nη), H_N) on N. An estimate, not a bound of a real step: it assumes compute and
+    communication run side by side without slowing each other (notebooks 09 and 10 test it)."""
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
                  volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
     n, w = _ring(n_devices, wire_dtype)
@@ -343,7 +344,7 @@ class Budget:
     break_even_C_ms: float | np.ndarray
     min_bandwidth_GBps: float | np.ndarray
     min_eta: float | np.ndarray
-    overlap_bound_ms: float | np.ndarray
+    ideal_overlap_ms: float | np.ndarray
     notes: dict = field(default_factory=dict)
     n_devices: int = 2
 
@@ -360,7 +361,7 @@ class Budget:
 @_quiet
 def evaluate(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, n_devices=2, wire_dtype="fp32") -> Budget:
     """The whole budget in one call: T1 = S + C, T2 = S + C/(2η) + Q(ℓ + V/B) on two devices (T_N on
-    N), speedup T1/T2, efficiency speedup/N, break-even C, minimum B and η, the overlap bound; inputs
+    N), speedup T1/T2, efficiency speedup/N, break-even C, minimum B and η, the perfect-overlap estimate; inputs
     may be numbers or arrays (broadcast together)."""
     check_inputs(S_ms=S_ms, C_ms=C_ms, eta=eta, Q=Q, latency_ms=latency_ms,
                  volume_bytes=volume_bytes, bandwidth_GBps=bandwidth_GBps)
@@ -374,7 +375,7 @@ def evaluate(S_ms, C_ms, eta, Q, latency_ms, volume_bytes, bandwidth_GBps, n_dev
     values = {
         "t_one_ms": T1, "t_two_ms": TN, "comm_ms": H, "speedup": speedup, "efficiency": speedup / n,
         "break_even_C_ms": _break_even(eta, H, n), "min_bandwidth_GBps": min_b, "min_eta": min_e,
-        "overlap_bound_ms": S + np.maximum(C / (n * eta), H),
+        "ideal_overlap_ms": S + np.maximum(C / (n * eta), H),
     }
     shape = np.broadcast_shapes(S.shape, C.shape, eta.shape, H.shape)
     values = {k: float_or_array(np.broadcast_to(v, shape)) for k, v in values.items()}
@@ -430,23 +431,42 @@ def devices_table(params: dict, world_sizes=(2, 4, 8), wire_dtypes=("fp32", "bf1
     return pd.DataFrame(rows)
 
 
-def _change(first: float, last: float, show) -> str:
-    """"rises from a to b", "falls from a to b" or "stays at a", the numbers shown by `show`."""
-    if last == first:
-        return f"stays at {show(first)}"
-    return f"{'rises' if last > first else 'falls'} from {show(first)} to {show(last)}"
+def _change(values, ns, show) -> str:
+    """The whole series in words, each value shown by `show`: "rises from a to b" or "falls from a
+    to b" when it moves one way (ties at the shown figures count as no move), "stays at a" when it
+    does not move, and "falls from a to m at N = 4, then rises to b at N = 8" when it turns."""
+    shown = [show(v) for v in values]
+    steps = []  # (direction, index of the step's end), consecutive steps of one direction merged
+    for i in range(1, len(values)):
+        way = "stays at" if shown[i] == shown[i - 1] else ("rises" if values[i] > values[i - 1] else "falls")
+        if steps and steps[-1][0] == way:
+            steps[-1] = (way, i)
+        else:
+            steps.append((way, i))
+    moves = [s for s in steps if s[0] != "stays at"]
+    if not moves:
+        return f"stays at {shown[0]}"
+    if len(moves) == 1 and len(steps) == 1:
+        return f"{moves[0][0]} from {shown[0]} to {shown[-1]}"
+    parts = []
+    for k, (way, end) in enumerate(steps):
+        if way == "stays at":
+            parts.append(f"stays at {shown[end]} to N = {ns[end]}")
+        else:
+            parts.append(f"{way} {'from ' + shown[0] + ' ' if k == 0 else ''}to {shown[end]} at N = {ns[end]}")
+    return ", then ".join(parts)
 
 
 def devices_sentence(table: pd.DataFrame, wire_dtype="fp32") -> str:
-    """How the efficiency and the break-even C change from the smallest to the largest N of a
-    `devices_table`, for one wire dtype, in one sentence built from the table's numbers."""
+    """How the efficiency and the break-even C change over the N of a `devices_table`, for one wire
+    dtype, in one sentence built from the table's numbers: the whole series, a dip or a peak included."""
     wire = wire_dtype_name(wire_dtype)
     rows = table[table["wire"] == wire].sort_values("N")
     if rows.empty:
         raise LabInputError(f"wire_dtype={wire_dtype!r} is not in this table (it holds {sorted(set(table['wire']))})")
     first, last = rows.iloc[0], rows.iloc[-1]
-    efficiency = _change(100 * first["efficiency"], 100 * last["efficiency"], lambda x: f"{x:.0f}")
-    even = _change(first["break-even C (ms)"], last["break-even C (ms)"],
-                   lambda x: "never" if math.isinf(x) else f"{x:.3g} ms")
+    ns = [int(n) for n in rows["N"]]
+    efficiency = _change(list(100 * rows["efficiency"]), ns, lambda x: f"{x:.0f}")
+    even = _change(list(rows["break-even C (ms)"]), ns, lambda x: "never" if math.isinf(x) else f"{x:.3g} ms")
     return (f"With these inputs and {wire} on the wire, from N = {int(first['N'])} to N = {int(last['N'])} "
             f"the efficiency {efficiency} percent and the break-even C {even}.")

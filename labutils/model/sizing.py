@@ -145,8 +145,8 @@ def layer_plan(rates: Rates, quick: bool, nproc: int = 2) -> LayerPlan:
     overlap_hidden = min(fits, key=lambda h: abs(math.log(h / star)))
     timing_hidden = min(fits, key=lambda h: abs(math.log(h / (2 * star))))
     why = (f"{batch} rows: compute {rates.flops_per_s / 1e9:.3g} GFLOP/s per rank against alpha "
-           f"{rates.alpha_us:.3g} us and busbw {rates.busbw_GBps:.3g} GB/s puts the break-even near H = {star:.0f}; "
-           f"hidden {fits[0]}..{fits[-1]} spans it")
+           f"{rates.alpha_us:.3g} us and busbw {rates.busbw_GBps:.3g} GB/s puts the break-even near hidden size "
+           f"h* = {star:.0f} (eta = 1); h = {fits[0]}..{fits[-1]} spans it")
     if too_big:
         why += f" (hidden {', '.join(map(str, too_big))} left out: more than a third of the memory)"
     return LayerPlan(batch, tuple(fits), (batch, overlap_hidden), (1, 2, 4) if quick else (1, 2, 4, 8),

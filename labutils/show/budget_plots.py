@@ -1,5 +1,5 @@
 """The time budget drawn (notebook 08): the two split times against compute, serial dilution, the
-overlap bound and the thresholds, and the dashboard that moves them. The look is
+perfect-overlap estimate and the thresholds, and the dashboard that moves them. The look is
 `labutils.show.plots`'; the arithmetic is `labutils.model.budget`'s.
 
 The time-budget dashboard (`budget_dashboard`) moves seven sliders, two toggles (the number of
@@ -147,15 +147,15 @@ def plot_serial_dilution(params: dict, S_values_ms):
     return fig
 
 
-def plot_overlap_bound(params: dict, C_max_ms: float | None = None):
-    """T1, T2 and the perfect-overlap lower bound S + max(C/(2η), H) against C."""
+def plot_ideal_overlap(params: dict, C_max_ms: float | None = None):
+    """T1, T2 and the perfect-overlap estimate S + max(C/(2η), H) (the model's best case) against C."""
     C = np.linspace(0.0, C_max_ms or 2.0 * params["C_ms"], 200)
     b = evaluate(**{**params, "C_ms": C})
     fig, ax = new_figure()
     ax.plot(C, b.t_one_ms, lw=2, label="one device, T1")
     ax.plot(C, b.t_two_ms, lw=2, label="two devices, no overlap, T2")
-    ax.plot(C, b.overlap_bound_ms, lw=2, ls="--", label="perfect overlap (lower bound)")
-    ax.fill_between(C, b.overlap_bound_ms, b.t_two_ms, color=PALETTE[2], alpha=0.15,
+    ax.plot(C, b.ideal_overlap_ms, lw=2, ls="--", label="perfect overlap (estimate)")
+    ax.fill_between(C, b.ideal_overlap_ms, b.t_two_ms, color=PALETTE[2], alpha=0.15,
                     label="the most overlap could win back")
     ax.set_xlabel("divisible compute C (ms)")
     ax.set_ylabel("time of the operation (ms)")
@@ -227,7 +227,7 @@ def _measured_presets(base: dict, directory=None) -> list[Preset]:
 def budget_presets(directory=None) -> list[Preset]:
     """The preset menu: the article's base case, every link of data/link_table.csv (its low end, named
     with what that figure is: `links.LOW_KINDS`), then every
-    measured link (results of kind "link", written by notebooks 02/04) found in results_dir()."""
+    measured link (results of kind "link": measured in notebook 02, fitted and saved by 05) found in results_dir()."""
     base = {k: float(v) for k, v in BASE_CASE.items()}
     return ([Preset("article base case: 10 GB/s (hypothetical)", base,
                     "hypothetical parameters of the source article's worked example (a model, not a card)")]
@@ -257,7 +257,7 @@ _READOUT = (("speedup", "speedup T1/T2", "x"), ("efficiency", "two-device effici
             ("t_one_ms", "one device T1", "ms"), ("t_two_ms", "two devices T2", "ms"),
             ("comm_ms", "communication H", "ms"), ("break_even_C_ms", "break-even C", "ms"),
             ("min_bandwidth_GBps", "minimum bandwidth", "GB/s"), ("min_eta", "minimum η", ""),
-            ("overlap_bound_ms", "perfect-overlap bound", "ms"))
+            ("ideal_overlap_ms", "perfect-overlap estimate", "ms"))
 
 
 def _make_slider(key: str, value: float):

@@ -86,13 +86,13 @@ def tp_validation(table, measured=None, predicted=None, axes=None):
 
 
 def tp_overlap_bars(table, ax=None):
-    """Per chunk count: measured step, the no-overlap prediction and the overlap lower bound (ms)."""
+    """Per chunk count: measured step, the no-overlap and the perfect-overlap estimates (ms)."""
     if ax is None:
         _, ax = new_figure()
     xs = np.arange(len(table))
     for j, (col, label, colour) in enumerate((("measured_ms", "measured", PALETTE[0]),
                                               ("no_overlap_ms", "predicted, no overlap", PALETTE[3]),
-                                              ("overlap_bound_ms", "perfect-overlap estimate", PALETTE[2]))):
+                                              ("ideal_overlap_ms", "perfect-overlap estimate", PALETTE[2]))):
         ax.bar(xs + (j - 1) * 0.27, table[col], 0.27, color=colour, label=label)
     ax.axhline(float(table["T1_ms"].iloc[0]), color=PALETTE[7], linestyle="--", label="T1 (one rank)")
     ax.set_xticks(xs, [str(k) for k in table["chunks"]])
