@@ -89,7 +89,7 @@ def test_evaluate_answers_or_refuses_every_hostile_number(name, value):
 
 @FEW
 @given(fn=st.sampled_from([bm.comm_ms, bm.break_even_C_ms, bm.min_bandwidth_GBps, bm.min_eta, bm.t_two_ms,
-                           bm.overlap_bound_ms, bm.transfer_window_ms, bm.saved_fraction, bm.ring_factor]),
+                           bm.ideal_overlap_ms, bm.transfer_window_ms, bm.saved_fraction, bm.ring_factor]),
        n=hostile)
 def test_every_budget_function_takes_a_device_count_or_refuses_it(fn, n):
     names = [p for p in inspect.signature(fn).parameters if p in bm.BASE_CASE]
