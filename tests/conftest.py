@@ -16,6 +16,17 @@ def results_tmp(tmp_path_factory):
     return tmp_path_factory.mktemp("results")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _ranks_stopped_after_each_module():
+    """A kernel keeps its shared rank pool alive on purpose; a test process holds many modules, so the
+    pool one module started is stopped when it ends, and the next module (test_contract checks that
+    nothing is left running) starts with no rank process of an earlier one."""
+    yield
+    from labutils.measure.pool import stop_shared_pool
+
+    stop_shared_pool()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_results(tmp_path_factory, monkeypatch):
     """Every test writes result files into a fresh directory of its own, never data/results/."""
