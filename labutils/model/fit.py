@@ -134,6 +134,8 @@ def article_table(busbw_GBps: float = ARTICLE_BUSBW_GBps, size_bytes: float = AR
                   world_sizes=(2, 4, 8)) -> pd.DataFrame:
     """The article's example as a table: N, factor 2(N-1)/N, bandwidth-only all-reduce time (ms)."""
     check_whole("world_sizes", world_sizes, low=1, high=MAX_WORLD_SIZE, unit="ranks")
+    if np.ndim(world_sizes) != 1:
+        raise LabInputError(f"world_sizes={world_sizes!r} must be a list of whole numbers of ranks, e.g. (2, 4, 8)")
     check_range("busbw_GBps", busbw_GBps, low=0, low_open=True, unit="GB/s")
     check_range("size_bytes", size_bytes, low=0, high=np.inf, high_open=True, unit="bytes")
     if np.ndim(busbw_GBps) or np.ndim(size_bytes):
@@ -361,6 +363,8 @@ def heldout_sentence(inside: pd.DataFrame, beyond: pd.DataFrame, predict_bytes: 
     past their fit, the sentence says the check understates it; below the smallest, the check
     (which extrapolates upwards) does not cover it."""
     check_range("predict_bytes", predict_bytes, low=0, low_open=True, high=np.inf, high_open=True, unit="bytes")
+    if np.ndim(predict_bytes):
+        raise LabInputError(f"predict_bytes={predict_bytes!r} must be one size in bytes")
     (i_med, i_max), (b_med, b_max) = heldout_errors(inside), heldout_errors(beyond)
     if math.isnan(i_med) or math.isnan(b_med):
         return "Too few sizes to hold any out: measure more sizes to check the fit."
