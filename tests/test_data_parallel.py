@@ -9,6 +9,7 @@ import pytest
 import torch
 from rank_workers import bucket_layout_worker, gradient_worker, reference_gradient
 
+from labutils.core.busbw import binary_size
 from labutils.core.inputs import LabInputError
 from labutils.course import machine
 from labutils.experiments import data_parallel, ddp_step
@@ -515,6 +516,6 @@ def test_allreduce_sources_sentence_names_the_closer_estimate():
 
 
 def test_binary_size_spells_the_1024_based_unit():
-    assert data_parallel.binary_size(16_793_600) == "16MiB"
-    assert data_parallel.binary_size(264_192) == "258KiB"
-    assert data_parallel.binary_size(512) == "512B"
+    assert binary_size(16_793_600) == "16MiB"
+    assert binary_size(264_192) == "258KiB"
+    assert binary_size(512) == "512B"

@@ -136,7 +136,7 @@ def test_rs_ag_table_and_sentence_from_a_sweep():
     # two phases, each alpha + (N-1)/N bytes / busbw: 2 x (10 + 0.5 x 1048.576) us
     assert table["rs_plus_ag_est_us"].iloc[-1] == pytest.approx(2 * (10 + 0.5 * 1048.576))
     text = hand.rs_ag_sentence(table)
-    assert text.startswith("At 1MB one all-reduce took 1000 us, more time than") and "1.11x their sum" in text
+    assert text.startswith("At 1MiB one all-reduce took 1 ms, more time than") and "1.11x their sum" in text
 
 
 def test_rel_diff_is_the_worst_tensor():
@@ -155,7 +155,7 @@ def _check(rel=(0.0, 1e-7, 2e-7, 0.0), same=(True,) * 4):
 def test_check_sentence_and_the_figures():
     text = hand.check_sentence(_check())
     assert text.startswith("All 4 ways equal torch DDP's gradients (worst relative difference 2.0e-07")
-    assert "per_parameter 8, flat 1, overlapped 8, bucketed 4" in text and "the same 4KB" in text
+    assert "per_parameter 8, flat 1, overlapped 8, bucketed 4" in text and "the same 4KiB" in text
     assert hand.check_sentence(_check(rel=(0.0, 0.3, 0.0, 0.0))).startswith("flat do NOT equal")
     assert hand.check_sentence(_check(same=(True, True, False, True))).startswith("overlapped do NOT")
     table = _times(10.0, 12.0, 8.0).assign(error_no_overlap=[0.1, 0.3, 0.0, 0.0, 0.0])

@@ -76,6 +76,13 @@ def format_size(nbytes: float) -> str:
     return f"{nbytes:.0f}B" if nbytes.is_integer() else f"{nbytes:.3g}B"
 
 
+def binary_size(nbytes: float) -> str:
+    """`format_size` with its 1024-based unit spelt out, as notebook 05 writes sizes: 16793600 ->
+    '16MiB', 264192 -> '258KiB', 512 -> '512B'."""
+    short = format_size(nbytes)
+    return short + "iB" if short[-1] in "KMG" else short
+
+
 def GBps(nbytes, seconds):
     """Decimal gigabytes per second: bytes / seconds / 1e9 (nccl-tests' GB/s).
 

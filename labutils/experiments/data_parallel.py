@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from labutils.core.busbw import format_size
+from labutils.core.busbw import binary_size
 from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
 from labutils.experiments.ddp_step import DDP_SECTIONS, StepConfig, contention_worker, ddp_timeline_worker, train_worker
 from labutils.measure.launch import resolve_backend
@@ -134,13 +134,6 @@ def gradient_table(widths, depth: int, nproc: int, link, sweep: pd.DataFrame) ->
                      f"on the article's {ARTICLE_BUSBW_GBps:g} GB/s, SYS (ms)": allreduce_ms(grad, nproc,
                                                                                     ARTICLE_BUSBW_GBps)})
     return pd.DataFrame(rows)
-
-
-def binary_size(nbytes: float) -> str:
-    """`format_size` with its 1024-based unit spelt out, as notebook 05 writes sizes: 16793600 ->
-    '16MiB', 264192 -> '258KiB', 512 -> '512B'."""
-    short = format_size(nbytes)
-    return short + "iB" if short[-1] in "KMG" else short
 
 
 def sweep_note(sweep, low: int, high: int) -> str:

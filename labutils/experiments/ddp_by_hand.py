@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from labutils.core.busbw import format_size
+from labutils.core.busbw import binary_size
 from labutils.core.inputs import check_int, check_range
 from labutils.experiments.ddp_step import build_mlp, ddp_cap_mb, rank_batch
 from labutils.measure.launch import resolve_backend
@@ -413,7 +413,7 @@ def rs_ag_table(frame: pd.DataFrame, link=None) -> pd.DataFrame:
         out["rs_plus_ag_est_us"] = [2e3 * (allreduce_ms(s, n, link.busbw_GBps) / 2 + link.alpha_us / 1e3)
                                     for s in out.index]
         out["est_error"] = (out["rs_plus_ag_est_us"] - out["rs_plus_ag_us"]).abs() / out["rs_plus_ag_us"]
-    out.index = [format_size(s) for s in out.index]
+    out.index = [binary_size(s) for s in out.index]
     out.index.name = "size"
     return out
 
@@ -424,8 +424,9 @@ def rs_ag_sentence(table: pd.DataFrame) -> str:
     ratio = float(big["ar_over_rs_ag"])
     verdict = ("about the same time as" if abs(ratio - 1) <= 0.1 else
                "less time than" if ratio < 1 else "more time than")
-    return (f"At {table.index[-1]}B one all-reduce took {big['ar_us']:.4g} us, {verdict} a reduce-scatter "
-            f"({big['rs_us']:.4g} us) followed by an all-gather ({big['ag_us']:.4g} us): {ratio:.2f}x their sum. "
+    return (f"At {table.index[-1]} one all-reduce took {big['ar_us'] / 1e3:.3g} ms, {verdict} a reduce-scatter "
+            f"({big['rs_us'] / 1e3:.3g} ms) followed by an all-gather ({big['ag_us'] / 1e3:.3g} ms): "
+            f"{ratio:.2f}x their sum. "
             f"busbw: all-reduce {big['ar_busbw_GBps']:.3g}, reduce-scatter {big['rs_busbw_GBps']:.3g}, all-gather "
             f"{big['ag_busbw_GBps']:.3g} GB/s.")
 
@@ -546,15 +547,15 @@ def sharded_sentence(check: ShardedCheck, table: pd.DataFrame, nproc: int) -> st
     """The sharded step's update against DDP's, its two collectives against DDP's all-reduce, and the
     memory table (`model.ddp_hand.memory_table`) against the tensors the ranks held."""
     same = (table[["DDP (bytes)", "sharded (bytes)"]].to_numpy() == check.held.to_numpy()).all()
-    ops = " + ".join(f"{op.replace('_', '-')} of {format_size(4 * n)}B" for op, n in check.calls[:2])
+    ops = " + ".join(f"{op.replace('_', '-')} of {binary_size(4 * n)}" for op, n in check.calls[:2])
     text = (f"The sharded update {'equals' if check.equal else 'differs from'} DDP's (largest relative difference "
             f"{check.rel_diff:.1e}, tolerance {GRAD_TOLERANCE:g}); per step each rank made {ops}, "
             f"{'the same calls on every rank' if check.same_calls else 'NOT the same calls on every rank'}. "
             f"Per rank it holds {table.loc['total', 'sharded / DDP']:.2f}x DDP's bytes on {nproc} ranks; the "
             f"table {'matches' if same else 'does NOT match'} the tensors the ranks held.")
     if check.peak_bytes:
-        text += (f" Peak CUDA allocation per rank: DDP {format_size(check.peak_bytes['DDP'])}B, sharded "
-                 f"{format_size(check.peak_bytes['sharded'])}B (activations and temporary buffers included).")
+        text += (f" Peak CUDA allocation per rank: DDP {binary_size(check.peak_bytes['DDP'])}, sharded "
+                 f"{binary_size(check.peak_bytes['sharded'])} (activations and temporary buffers included).")
     return text
 
 
@@ -580,4 +581,4 @@ def check_sentence(check: pd.DataFrame) -> str:
     head = (f"All {len(check)} ways equal torch DDP's gradients" if not bad else
             f"{', '.join(bad)} do NOT equal torch DDP's gradients or made different calls on different ranks")
     return (f"{head} (worst relative difference {check['max_rel_diff'].max():.1e}, tolerance {GRAD_TOLERANCE:g}). "
-            f"All-reduces per step: {counts}; each way sends the same {format_size(check['bytes'].iloc[0])}B.")
+            f"All-reduces per step: {counts}; each way sends the same {binary_size(check['bytes'].iloc[0])}.")
