@@ -72,7 +72,7 @@ def reply_of(grader, *args, **kwargs) -> str:
     """The grader's reply, which must be one non-empty string, whatever it was given."""
     reply = grader(*args, **kwargs)
     assert isinstance(reply, str) and reply.strip(), (grader.__name__, args, kwargs, reply)
-    assert "nan" not in reply.lower().replace("nan is not", ""), reply
+    assert len(reply) < 1500, reply  # one reply, not a dump
     return reply
 
 
@@ -98,7 +98,8 @@ def test_a_grader_answers_any_case_value_and_never_runs_away(grader, case, right
 def test_a_right_answer_is_right_in_any_reasonable_type(grader, case, right):
     for given_as in (right, float(right), np.float64(right), np.int64(right) if float(right).is_integer() else right,
                      str(float(right)), f" {right} "):
-        assert reply_of(grader, given_as, **case).startswith("Right"), (grader.__name__, given_as)
+        reply = reply_of(grader, given_as, **case)
+        assert reply.startswith("Right") and "nan" not in reply.lower(), (grader.__name__, given_as, reply)
 
 
 def test_the_replies_to_what_used_to_raise():
@@ -116,7 +117,7 @@ def test_the_replies_to_what_used_to_raise():
 
 
 def test_the_ring_latency_ranks_are_closed_form_and_fast():
-    for alpha, limit in ((5.0, 100.0), (2.5, 100.0), (3.0, 7.0), (1e-3, 1e3), (5.0, 0.0)):
+    for alpha, limit in ((5.0, 100.0), (2.5, 100.0), (3.0, 7.0), (1e-3, 1e-2), (5.0, 0.0)):
         for algorithm in ("ring", "tree"):
             n = er.ring_latency_ranks(alpha, limit, algorithm)
             from labutils.model.fit import latency_term_us
@@ -166,7 +167,7 @@ def test_the_models_refuse_what_used_to_give_nan_or_crash():
                          (lambda: dm.min_busbw_for_efficiency(1e6, 10.0, 4, buckets=0.5), "buckets"),
                          (lambda: dm.predicted_efficiency(1e6, 5.0, 10.0, "x"), "world_size"),
                          (lambda: dm.predicted_efficiency(1e6, 5.0, 10.0, 2.5), "world_size=2.5"),
-                         (lambda: busbw.bus_factor(np.array(["all_reduce"]), 4), "op="),
+                         (lambda: busbw.bus_factor(np.array(["all_reduce", "broadcast"]), 4), "op="),
                          (lambda: busbw.bus_factor("all_reduce", [2, 2.5]), "world_size=2.5"),
                          (lambda: busbw.bus_factor("all_reduce", 10**400), "world_size"),
                          (lambda: busbw.bandwidths_GBps("all_reduce", None, 100.0, 4), "size_bytes"),
