@@ -29,7 +29,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
+from labutils.core.inputs import LabInputError, check_choice, check_int, check_range, check_whole
 from labutils.core.results import to_json
 
 # --- units, as nccl-tests uses them -------------------------------------------------------------
@@ -38,6 +38,7 @@ _SUFFIX = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB"
            "G": 1024**3, "GB": 1024**3, "GIB": 1024**3, "T": 1024**4, "TB": 1024**4, "TIB": 1024**4}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 MAX_SIZE_BYTES = 2**62  # 4 EiB: far above any buffer; more is a typo
+MAX_RANKS = 10**9  # far above any job's ranks (model.fit.MAX_WORLD_SIZE)
 
 
 def parse_size(text: str | int, name: str = "size") -> int:
@@ -140,9 +141,9 @@ def bus_factor(op: str, world_size):
     """
     check_choice("op", op, OPS)
     if np.ndim(world_size) == 0:
-        n = float(check_int("world_size", np.asarray(world_size).item(), low=1))
+        n = float(check_int("world_size", np.asarray(world_size).item(), low=1, high=MAX_RANKS))
     else:
-        check_range("world_size", world_size, low=1)
+        check_whole("world_size", world_size, low=1, high=MAX_RANKS, unit="ranks")
         n = np.asarray(world_size, dtype=float)
     if op == "all_reduce":
         return 2.0 * (n - 1) / n
@@ -152,7 +153,15 @@ def bus_factor(op: str, world_size):
 
 
 def bandwidths_GBps(op: str, size_bytes: float, time_us: float, world_size: int) -> tuple[float, float]:
-    """(algbw, busbw) in decimal GB/s: algbw = size_bytes / time_us / 1e3; busbw = algbw * factor."""
+    """(algbw, busbw) in decimal GB/s: algbw = size_bytes / time_us / 1e3; busbw = algbw * factor.
+    A time that is not positive (a row nccl-tests could not time) gives (NaN, NaN)."""
+    check_range("size_bytes", size_bytes, low=0, high=math.inf, high_open=True, unit="bytes")
+    if np.ndim(size_bytes) or np.ndim(time_us):
+        raise LabInputError("bandwidths_GBps takes one row: one size_bytes and one time_us")
+    try:
+        time_us = float(time_us)
+    except (TypeError, ValueError, OverflowError):
+        raise LabInputError(f"time_us must be a number of microseconds, got {time_us!r}") from None
     if not time_us > 0:
         return math.nan, math.nan
     algbw = size_bytes / time_us / 1e3

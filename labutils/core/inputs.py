@@ -87,7 +87,7 @@ def check_whole(name: str, value, *, low: float = 0, high: float = math.inf, uni
     """`check_range` for counts (numbers or arrays): every element also a whole number, so 2.0
     passes and 2.5 is refused with one line naming the value."""
     check_range(name, value, low=low, high=high, high_open=math.isinf(high), unit=unit)
-    vals = np.asarray(value, dtype=float).ravel()
+    vals = _values(value)
     frac = vals[np.mod(vals, 1) != 0]
     if frac.size:
         hi = "inf)" if math.isinf(high) else f"{high:g}]"
@@ -151,7 +151,11 @@ def check_broadcast(**values) -> tuple[int, ...]:
 
 def check_choice(name: str, value, choices) -> str:
     """Return `value` if it is one of `choices`, else raise LabInputError listing them."""
-    if value not in choices:
+    try:
+        known = value in choices
+    except (TypeError, ValueError):  # an array compares elementwise: it is no choice
+        known = False
+    if not known:
         raise LabInputError(f"{name}={value!r} is not one of: {', '.join(map(str, choices))}")
     return value
 

@@ -55,7 +55,7 @@ def check_min_bandwidth(answer_GBps, *, C_ms=12.0, eta=0.8, Q=4, latency_ms=0.03
               "you left out the startup: D = C (1 - 1/(2 eta)) / Q - l."),
              (volume_bytes / ((saving - latency_ms) * 1e6) if saving > latency_ms else None,
               "share the saving among the Q exchanges: divide C (1 - 1/(2 eta)) by Q before subtracting l."),
-             (volume_bytes / ((C_ms / (2 * eta) / Q - latency_ms) * 1e6) if C_ms / (2 * eta) / Q > latency_ms
+             (volume_bytes / ((C_ms / (2 * eta) / Q - latency_ms) * 1e6) if Q and C_ms / (2 * eta) / Q > latency_ms
               else None, "1/(2 eta) is the share of C each device still computes; the saving is C (1 - 1/(2 eta)).")]
     how = "D = C (1 - 1/(2 eta)) / Q - l (ms), then B = V / (D 1e6) GB/s; never (math.inf) if D <= 0."
     return grade(answer_GBps, right, slips, "GB/s", how, allow_inf=True,

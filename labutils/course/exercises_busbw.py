@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from labutils.core.busbw import bandwidths_GBps, bus_factor
+import math
+
+from labutils.core.busbw import MAX_RANKS, bandwidths_GBps, bus_factor
+from labutils.core.inputs import check_int, check_range
 from labutils.course.grading import MiB_PER_MB, grade
 
 
@@ -13,6 +16,8 @@ def check_busbw(answer_GBps, op: str, size_bytes: float, time_us: float, world_s
     for another op, the time read in ms or s, 1024 for 1000 (the size in MiB), Gb/s, GiB/s.
     """
     try:
+        world_size = check_int("world_size", world_size, low=1, high=MAX_RANKS)
+        check_range("time_us", time_us, low=0, low_open=True, high=math.inf, high_open=True, unit="us")
         algbw, right = bandwidths_GBps(op, size_bytes, time_us, world_size)
         factor = bus_factor(op, world_size)
     except Exception as exc:  # noqa: BLE001

@@ -5,7 +5,10 @@ behind backward, and the link a target efficiency needs; on the shared reading a
 
 from __future__ import annotations
 
+import math
+
 from labutils.core.busbw import bus_factor
+from labutils.core.inputs import check_range
 from labutils.course.grading import grade
 from labutils.model.ddp_model import max_hidden_gradient_bytes, min_busbw_for_efficiency, predicted_efficiency
 
@@ -22,6 +25,9 @@ def check_hidden_gradient(answer_bytes, backward_ms: float, busbw_GBps: float, w
     try:
         right = float(max_hidden_gradient_bytes(backward_ms, busbw_GBps, world_size))
         factor = float(bus_factor("all_reduce", world_size))
+        if compute_ms is not None:
+            check_range("compute_ms", compute_ms, low=0, low_open=True, high=math.inf, high_open=True, unit="ms")
+            compute_ms = float(compute_ms)
     except Exception as exc:  # noqa: BLE001
         return f"This case cannot be graded ({exc})."
     slips = [(right * factor if factor != 1 else None,
@@ -29,7 +35,7 @@ def check_hidden_gradient(answer_bytes, backward_ms: float, busbw_GBps: float, w
               "factor."),
              (right / factor if factor != 1 else None, "you multiplied by 2(N-1)/N; the time is 2(N-1)/N x V / "
                                                        "busbw, so V = time x busbw / (2(N-1)/N)."),
-             (right * compute_ms / backward_ms if compute_ms else None,
+             (right * compute_ms / float(backward_ms) if compute_ms and float(backward_ms) > 0 else None,
               "only the backward pass can hide the all-reduce: DDP sends a bucket once its gradients exist, and "
               "they exist only during backward. Use the backward time, not the whole step."),
              (right / 8, "that is the answer / 8: busbw is in gigabytes per second, not gigabits.")]
@@ -48,6 +54,7 @@ def check_min_busbw(answer_GBps, gradient_bytes: float, compute_ms: float, world
     try:
         right = float(min_busbw_for_efficiency(gradient_bytes, compute_ms, world_size, efficiency))
         factor = float(bus_factor("all_reduce", world_size))
+        gradient_bytes, compute_ms, efficiency = float(gradient_bytes), float(compute_ms), float(efficiency)
     except Exception as exc:  # noqa: BLE001
         return f"This case cannot be graded ({exc})."
     slips = [(right * (1 / efficiency - 1) / (1 - efficiency) if efficiency < 1 else None,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 
 from labutils.core.busbw import bus_factor
-from labutils.core.inputs import check_range
+from labutils.core.inputs import LabInputError, check_int, check_range
 from labutils.course.grading import GiB_PER_GB, check_prediction, grade, read_whole
-from labutils.model.fit import allreduce_ms, latency_term_us
+from labutils.model.fit import MAX_WORLD_SIZE, allreduce_ms, latency_term_us
 from labutils.model.ring import ring_bytes_per_rank
 
 # --- 04 · the ring by hand ----------------------------------------------------------------------------
@@ -25,8 +25,13 @@ def check_ratio_prediction(predicted, measured: float, what: str = "hand ring ti
 
 def check_ring_bytes(answer_bytes, size_bytes: float = 1e8, world_size: int = 8) -> str:
     """Notebook 04: bytes each rank sends in a ring all-reduce, 2(N-1)/N x size."""
-    n = int(world_size)
-    right = float(ring_bytes_per_rank(size_bytes, n))
+    try:
+        n = check_int("world_size", world_size, low=1, high=MAX_WORLD_SIZE)
+        check_range("size_bytes", size_bytes, low=0, low_open=True, high=math.inf, high_open=True, unit="bytes")
+        size_bytes = float(size_bytes)
+        right = float(ring_bytes_per_rank(size_bytes, n))
+    except Exception as exc:  # noqa: BLE001
+        return f"This case cannot be graded ({exc})."
     slips = [((n - 1) / n * size_bytes, "that is one phase only; the all-gather sends as much again."),
              (size_bytes / n, "that is one chunk, one step; there are 2(N-1) steps."),
              (2 * size_bytes, "that is the limit for very many ranks; at this N the factor is 2(N-1)/N."),
@@ -38,7 +43,10 @@ def check_ring_bytes(answer_bytes, size_bytes: float = 1e8, world_size: int = 8)
 
 def check_ring_steps(answer_steps, world_size: int = 8) -> str:
     """Notebook 04: the point-to-point steps in a row of a ring all-reduce, 2(N-1) (exact)."""
-    n = int(world_size)
+    try:
+        n = check_int("world_size", world_size, low=2, high=MAX_WORLD_SIZE)
+    except Exception as exc:  # noqa: BLE001
+        return f"This case cannot be graded ({exc})."
     answer, hint = read_whole(answer_steps, "steps")
     if answer is None:
         return hint
@@ -84,10 +92,21 @@ def check_allreduce_prediction(answer_ms, size_bytes: float, world_size: int, bu
 
 
 def ring_latency_ranks(alpha_step_us: float = 5.0, limit_us: float = 100.0, algorithm: str = "ring") -> int:
-    """The smallest N whose latency term (`fit.latency_term_us`) is strictly above `limit_us`."""
-    n = 2
-    while latency_term_us(n, alpha_step_us, algorithm) <= limit_us:
-        n += 1
+    """The smallest N whose latency term (`fit.latency_term_us`) is strictly above `limit_us`.
+
+    ring: 2(N-1) a > L  =>  N = floor(L / 2a) + 2;  tree: 2 ceil(log2 N) a > L  =>  N = 2^floor(L / 2a) + 1.
+    LabInputError when no N up to `fit.MAX_WORLD_SIZE` is (a step of no cost, a limit too far)."""
+    check_range("alpha_step_us", alpha_step_us, low=0, low_open=True, high=math.inf, high_open=True, unit="us")
+    check_range("limit_us", limit_us, low=0, high=math.inf, high_open=True, unit="us")
+    steps = math.floor(min(float(limit_us) / (2 * float(alpha_step_us)), 2.0 * MAX_WORLD_SIZE))
+    n = steps + 2 if algorithm == "ring" else 2 ** min(steps, 40) + 1
+    while 2 < n <= MAX_WORLD_SIZE + 1 and latency_term_us(n - 1, alpha_step_us, algorithm) > limit_us:
+        n -= 1  # the float floor may land one above
+    while n <= MAX_WORLD_SIZE and latency_term_us(n, alpha_step_us, algorithm) <= limit_us:
+        n += 1  # ... or one below
+    if n > MAX_WORLD_SIZE:
+        raise LabInputError(f"limit_us={float(limit_us):g} is above the latency term of any N up to "
+                            f"{MAX_WORLD_SIZE} ranks at alpha_step_us={float(alpha_step_us):g}")
     return n
 
 
@@ -99,7 +118,13 @@ def check_ring_latency_ranks(answer, alpha_step_us: float = 5.0, limit_us: float
     value, hint = read_whole(answer, "ranks", low=1)
     if value is None:
         return hint
-    right = ring_latency_ranks(alpha_step_us, limit_us)
+    try:
+        right = ring_latency_ranks(alpha_step_us, limit_us)
+        alpha_step_us, limit_us = float(alpha_step_us), float(limit_us)
+    except Exception as exc:  # noqa: BLE001
+        return f"This case cannot be graded ({exc})."
+    if value > MAX_WORLD_SIZE:
+        return f"Not yet ({value}): far too many; solve 2(N-1) x {alpha_step_us:g} us > {limit_us:g} us for N."
     if value == right:
         return (f"Right: N = {right}, 2({right}-1) x {alpha_step_us:g} = "
                 f"{latency_term_us(right, alpha_step_us):g} us > {limit_us:g} us; N = {right - 1} gives "
@@ -116,14 +141,9 @@ def check_ring_latency_ranks(answer, alpha_step_us: float = 5.0, limit_us: float
     if below:
         slips.setdefault(below[-1], f"at N = {below[-1]} the term is {latency_term_us(below[-1], alpha_step_us):g} "
                                     f"us, not yet above {limit_us:g}.")
-    k = 1
-    while (k - 1) * alpha_step_us <= limit_us:
-        k += 1
+    k = math.floor(limit_us / alpha_step_us) + 2  # the smallest k with (k - 1) alpha > limit
     slips.setdefault(k, "that counts one phase, N-1 steps; the ring's latency term is 2(N-1) steps.")
-    k = 1
-    while k * alpha_step_us <= limit_us:
-        k += 1
-    slips.setdefault(k, "that counts N steps; the ring takes 2(N-1) steps, N-1 per phase.")
+    slips.setdefault(k - 1, "that counts N steps; the ring takes 2(N-1) steps, N-1 per phase.")  # k alpha > limit
     tree = ring_latency_ranks(alpha_step_us, limit_us, "tree") if limit_us / alpha_step_us < 60 else None
     if tree:
         slips.setdefault(tree, "that is the tree's N (2 log2 N steps); the question is about the ring.")

@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from labutils.core.busbw import element_bytes
+from labutils.core.inputs import LabInputError
 from labutils.course.grading import grade
 from labutils.experiments.megatron import tp_allreduce_bytes
-from labutils.model.toy_split import TOY_A, TOY_B, relu, toy_split, toy_whole, toy_wrong_split
+from labutils.model.toy_split import TOY_A, TOY_B, relu, toy_input, toy_split, toy_whole, toy_wrong_split
 
 
 def check_toy_contribution(answer, x=((-1, 2),)) -> str:
@@ -18,14 +19,17 @@ def check_toy_contribution(answer, x=((-1, 2),)) -> str:
 
     Recognises the usual slips (no ReLU, device 1's part, the whole output, the wrong split, B's
     other rows) and answers with a hint rather than right/wrong."""
-    x = np.asarray(x, dtype=np.int64).reshape(1, 2)
+    try:
+        x = toy_input(x)
+    except LabInputError as exc:
+        return f"This case cannot be graded ({exc})."
     if answer is None:
         return "Replace None with device 2's contribution, two numbers such as [a, b]."
     if isinstance(answer, (str, bytes, dict, set, bool)):
         return f"Give two numbers in a list, e.g. [a, b], not {answer!r}."
     try:
         got = np.asarray(answer, dtype=float).reshape(-1)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return f"Give two numbers, e.g. [a, b], not {answer!r}."
     if got.size != 2:
         return f"Device 2's contribution is a 1x2 row (two numbers); got {got.size} number(s)."

@@ -4,8 +4,6 @@ Files only: grading reads the shipped case, never this machine."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from labutils.course.grading import grade, read_number, window
@@ -117,9 +115,11 @@ def _as_gpu(value) -> int | None:
             value = float(text)
         except ValueError:
             return None
-    if isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(value) and float(value).is_integer():
-        return int(value)
-    return None
+    try:
+        whole = isinstance(value, (int, float, np.integer, np.floating)) and float(value).is_integer()
+    except OverflowError:  # an int past float's range: no GPU has that index
+        return None
+    return int(value) if whole else None
 
 
 def check_planted_fault(gpu, ceiling_GBps=None, case: str = "exercise_downtrained") -> str:

@@ -60,11 +60,13 @@ def read_number(answer, unit: str, *, allow_inf: bool = False, allow_negative: b
     if isinstance(answer, bool):
         return None, f"{answer} is a yes/no, not a number; give {number}{never}."
     if isinstance(answer, (list, tuple, dict, set, np.ndarray)):
-        return None, f"Give one number{_in(unit)}{never}, not {type(answer).__name__} {answer!r}."
+        return None, f"Give one number{_in(unit)}{never}, not {type(answer).__name__} {_shown(answer)}."
     try:
         value = float(answer.strip() if isinstance(answer, str) else answer)
     except (TypeError, ValueError):
-        return None, f"Give {number}{never}, not {answer!r}."
+        return None, f"Give {number}{never}, not {_shown(answer)}."
+    except OverflowError:  # an int past float's range (10**400)
+        return None, f"{_shown(answer)} is too large to be an answer here; give {number}{never}."
     if math.isnan(value):
         return None, f"NaN is not an answer; give {number}{never}."
     if math.isinf(value) and not (allow_inf and value > 0):
@@ -74,6 +76,12 @@ def read_number(answer, unit: str, *, allow_inf: bool = False, allow_negative: b
     if value == 0 and not allow_zero:
         return None, f"0 cannot be right: the answer is a positive number{_in(unit)}{never}."
     return value, ""
+
+
+def _shown(answer, limit: int = 40) -> str:
+    """repr(answer), cut to `limit` characters: a reply stays one readable sentence."""
+    text = repr(answer)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _in(unit: str) -> str:
@@ -261,10 +269,11 @@ def check_prediction(predicted, measured, unit: str, what: str, why: str = "", c
         return f"Your prediction of {what}: {hint}"
     try:
         real = float(measured)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         real = math.nan
     if not math.isfinite(real) or real <= 0:
-        return f"There is no valid measurement to compare with yet (measured = {measured!r}); run the cell above."
+        return (f"There is no valid measurement to compare with yet (measured = {_shown(measured)}); run the cell "
+                "above.")
     if guess == 0:
         return f"You predicted 0; the machine measured {real:.3g} {unit}.".replace(" .", ".")
     u = "x" if unit == "x" else f" {unit}".rstrip()

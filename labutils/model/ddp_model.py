@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 
 from labutils.core.busbw import bus_factor, element_bytes
-from labutils.core.inputs import check_choice, check_int, check_range, safe_divide
-from labutils.model.fit import CurvePrediction, allreduce_ms, interpolate_time_us
+from labutils.core.inputs import check_choice, check_int, check_range, check_whole, safe_divide
+from labutils.model.fit import MAX_WORLD_SIZE, CurvePrediction, allreduce_ms, interpolate_time_us
 
 FIRST_BUCKET_MB = 1.0  # with its default cap, DDP puts the last layers' gradients into a small first bucket
 DEFAULT_BUCKET_MB = 25.0  # DDP's default bucket_cap_mb (the lab passes None to DDP for it)
@@ -205,6 +205,11 @@ def between_estimates_figure(table: pd.DataFrame) -> str:
     return f"{int(ddp['between'].sum())}/{len(ddp)}"
 
 
+def _check_latency(alpha_us, buckets) -> None:
+    check_range("alpha_us", alpha_us, low=0, high=math.inf, high_open=True, unit="us")
+    check_whole("buckets", buckets, low=1, high=MAX_WORLD_SIZE, unit="all-reduces")
+
+
 def predicted_efficiency(gradient_bytes, busbw_GBps, compute_ms, world_size, alpha_us=0.0, buckets=1,
                          hideable=0.0, scaling="weak"):
     """Predicted scaling efficiency (0..1) of an N-rank data-parallel step; numpy-vectorised.
@@ -215,8 +220,11 @@ def predicted_efficiency(gradient_bytes, busbw_GBps, compute_ms, world_size, alp
     weak: efficiency = compute_ms / T_N;  strong: efficiency = compute_ms / (N T_N).
     hideable=0 is the no-overlap estimate (the sum), hideable=1 the ideal-overlap one (the max).
     """
-    check_range("compute_ms", compute_ms, low=0, low_open=True, unit="ms")
+    check_range("compute_ms", compute_ms, low=0, low_open=True, high=math.inf, high_open=True, unit="ms")
     check_range("hideable", hideable, low=0, high=1)
+    check_whole("world_size", world_size, low=1, high=MAX_WORLD_SIZE, unit="ranks")
+    check_range("gradient_bytes", gradient_bytes, low=0, high=math.inf, high_open=True, unit="bytes")
+    check_range("busbw_GBps", busbw_GBps, low=0, low_open=True, high=math.inf, high_open=True, unit="GB/s")
     check_choice("scaling", scaling, ("weak", "strong"))
     n = np.asarray(world_size, dtype=float)
     c = np.asarray(compute_ms, dtype=float) / (n if scaling == "strong" else 1.0)
@@ -234,6 +242,9 @@ def min_busbw_for_efficiency(gradient_bytes, compute_ms, world_size, efficiency=
     is left after the latency, so B >= 2(N-1)/N V / (1e6 (c (1/E - 1) - buckets alpha / 1e3)).
     """
     check_range("efficiency", efficiency, low=0, high=1, low_open=True)
+    check_range("gradient_bytes", gradient_bytes, low=0, high=math.inf, high_open=True, unit="bytes")
+    check_range("compute_ms", compute_ms, low=0, low_open=True, high=math.inf, high_open=True, unit="ms")
+    _check_latency(alpha_us, buckets)
     room_ms = np.asarray(compute_ms, float) * (1 / np.asarray(efficiency, float) - 1) \
         - np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3
     need = bus_factor("all_reduce", world_size) * np.asarray(gradient_bytes, float) / 1e6
@@ -249,6 +260,9 @@ def max_hidden_gradient_bytes(backward_ms, busbw_GBps, world_size, alpha_us=0.0,
     =>  V <= (backward - buckets alpha / 1e3) B 1e6 / (2(N-1)/N).
     Unlimited (inf) for N = 1; 0 when the latencies alone outlast backward.
     """
+    check_range("backward_ms", backward_ms, low=0, high=math.inf, high_open=True, unit="ms")
+    check_range("busbw_GBps", busbw_GBps, low=0, low_open=True, high=math.inf, high_open=True, unit="GB/s")
+    _check_latency(alpha_us, buckets)
     room_ms = np.maximum(0.0, np.asarray(backward_ms, float)
                          - np.asarray(buckets, float) * np.asarray(alpha_us, float) / 1e3)
     factor = bus_factor("all_reduce", world_size)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labutils.core.inputs import LabInputError, check_int
+from labutils.core.inputs import LabInputError, check_int, check_whole
 
 # x (1x2), A (2x4), ReLU, B (4x2). Pre-activations x A = [1, 1, -1, 4]: the third is 2 - 3 < 0.
 TOY_X = np.array([[1, -1]], dtype=np.int64)
@@ -20,6 +20,17 @@ TOY_B = np.array([[2, -1],
                   [-1, 2],
                   [1, 3],
                   [-1, 2]], dtype=np.int64)
+TOY_INPUT_MAX = 10**6  # |x| at most this: every product of the toy stays an exact int64
+
+
+def toy_input(x) -> np.ndarray:
+    """x as the toy's 1x2 row of whole numbers (int64); LabInputError naming x otherwise
+    (not two numbers, a fraction, NaN, inf, text, more than `TOY_INPUT_MAX` in size)."""
+    check_whole("x", x, low=-TOY_INPUT_MAX, high=TOY_INPUT_MAX)
+    row = np.asarray(x, dtype=float)
+    if row.size != 2:
+        raise LabInputError(f"x must be one row of two whole numbers such as [[1, -1]], got {row.size} number(s)")
+    return row.astype(np.int64).reshape(1, 2)
 
 
 def relu(v):
@@ -29,6 +40,7 @@ def relu(v):
 
 def toy_whole(x=TOY_X, A=TOY_A, B=TOY_B) -> np.ndarray:
     """The whole network on one device: ReLU(x A) B."""
+    x = toy_input(x)
     return relu(x @ A) @ B
 
 
@@ -60,6 +72,7 @@ def toy_split(x=TOY_X, A=TOY_A, B=TOY_B, parts: int = 2) -> ToySplit:
     ReLU acts on each device's own hidden columns, which are whole values, so no exchange is
     needed before it; the only sum is of the final contributions (one all-reduce).
     """
+    x = toy_input(x)
     pre, hid, con = [], [], []
     for cols in split_columns(A.shape[1], parts):
         p = x @ A[:, cols]
@@ -75,6 +88,7 @@ def toy_wrong_split(x=TOY_X, A=TOY_A, B=TOY_B) -> ToySplit:
     Device d holds x[:, d] A[d, :], only a partial sum of each pre-activation; applying ReLU
     before summing computes ReLU(a) + ReLU(b) where the network needs ReLU(a + b).
     """
+    x = toy_input(x)
     pre, hid, con = [], [], []
     for d in range(A.shape[0]):
         p = x[:, d:d + 1] @ A[d:d + 1, :]
