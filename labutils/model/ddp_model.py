@@ -224,7 +224,7 @@ def predicted_efficiency(gradient_bytes, busbw_GBps, compute_ms, world_size, alp
     check_range("hideable", hideable, low=0, high=1)
     check_whole("world_size", world_size, low=1, high=MAX_WORLD_SIZE, unit="ranks")
     check_range("gradient_bytes", gradient_bytes, low=0, high=math.inf, high_open=True, unit="bytes")
-    check_range("busbw_GBps", busbw_GBps, low=0, low_open=True, high=math.inf, high_open=True, unit="GB/s")
+    check_range("busbw_GBps", busbw_GBps, low=0, high=math.inf, high_open=True, unit="GB/s")  # 0: no link, "never"
     check_choice("scaling", scaling, ("weak", "strong"))
     n = np.asarray(world_size, dtype=float)
     c = np.asarray(compute_ms, dtype=float) / (n if scaling == "strong" else 1.0)
