@@ -142,6 +142,17 @@ def test_a_fit_answers_or_refuses_any_hostile_cell(column, row, value):
         no_nan(fm.crossover_bytes(fit))
 
 
+def test_a_time_faster_than_any_collective_is_refused_naming_the_row():
+    for tiny in (2.2e-313, 5e-324, 1e-6):  # a denormal made numpy's least squares raise LinAlgError
+        frame = sweep()
+        frame.loc[3, "time_us"] = tiny
+        with pytest.raises(LabInputError, match=r"time_us=.* \(row 3\) is below 0.001 us"):
+            fm.fit_alpha_beta(frame)
+    frame = sweep()
+    frame.loc[3, "time_us"] = 0.0  # 0: not measured, dropped
+    assert fm.fit_alpha_beta(frame).n_points >= 2
+
+
 @FEW
 @given(frame=st.one_of(st.sampled_from([None, [], [{}], [{"size_bytes": 1}], "sweep.csv", 3, {"a": [1]}]),
                        hostile))

@@ -29,7 +29,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from labutils.core.inputs import LabInputError, check_choice, check_int, check_range, check_whole
+from labutils.core.inputs import LabInputError, check_choice, check_int, check_number, check_range, check_whole
 from labutils.core.results import to_json
 
 # --- units, as nccl-tests uses them -------------------------------------------------------------
@@ -70,7 +70,7 @@ def parse_size(text: str | int, name: str = "size") -> int:
 
 def format_size(nbytes: float) -> str:
     """Short 1024-based label: 1024 -> '1K', 67108864 -> '64M', 1536 -> '1.5K'."""
-    nbytes = float(nbytes)
+    nbytes = check_number("nbytes", nbytes, low=0, high=1e30, unit="bytes")  # NaN and inf are no size
     for suffix, scale in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
         if abs(nbytes) >= scale:
             return f"{nbytes / scale:.3g}{suffix}"

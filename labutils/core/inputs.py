@@ -59,6 +59,15 @@ def check_range(name: str, value, *, low: float = -math.inf, high: float = math.
         raise LabInputError(f"{name}={shown!r} is outside the allowed range {allowed}")
 
 
+def check_number(name: str, value, **bounds) -> float:
+    """`value` as one float inside `check_range`'s interval (same keywords); an array or a list is
+    refused by name where one value is wanted."""
+    if isinstance(value, (list, tuple, np.ndarray)) and np.asarray(value, dtype=object).ndim:
+        raise LabInputError(f"{name} must be one number, got {_short(value)}")
+    check_range(name, value, **bounds)
+    return float(value)
+
+
 def _short(value, limit: int = 60) -> str:
     """repr(value), cut to `limit` characters: a message stays one readable line."""
     text = repr(value)

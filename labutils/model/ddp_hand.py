@@ -35,9 +35,9 @@ import math
 
 import pandas as pd
 
-from labutils.core.inputs import check_choice, check_int, check_range
+from labutils.core.inputs import check_choice, check_int, check_number
 from labutils.model.ddp_model import BYTES_PER_PARAM, ddp_bucket_sizes
-from labutils.model.fit import allreduce_ms
+from labutils.model.fit import MAX_WORLD_SIZE, allreduce_ms
 
 WAYS = ("per_parameter", "flat", "overlapped", "bucketed")
 OVERLAPPING = ("overlapped", "bucketed", "ddp")  # launched while backward runs: backward can hide them
@@ -48,9 +48,9 @@ def way_allreduce_bytes(way: str, width: int, depth: int, bucket_mb: float = 1.0
     buckets at the same cap, as "bucketed"). Parameters in `model.parameters()` order for
     "per_parameter"; backward's order (the reverse) for "overlapped" and the buckets."""
     check_choice("way", way, (*WAYS, "ddp"))
-    w, d = check_int("width", width, low=1), check_int("depth", depth, low=1)
+    w, d = check_int("width", width, low=1, high=2**16), check_int("depth", depth, low=1, high=1024)
+    bucket_mb = check_number("bucket_mb", bucket_mb, low=0, low_open=True, high=1e6, unit="MiB")
     sizes = [BYTES_PER_PARAM * n for _ in range(d) for n in (w * w, w)]  # model.parameters(): weight, bias
-    check_range("bucket_mb", bucket_mb, low=0, low_open=True, unit="MiB")
     if way == "per_parameter":
         return sizes
     if way == "flat":
@@ -93,6 +93,8 @@ def memory_bytes(param_count: int, world_size: int, sharded: bool) -> dict[str, 
 
 def memory_table(param_count: int, world_size: int) -> pd.DataFrame:
     """Bytes per rank, DDP against the sharded step, one row per kind and a total; `sharded / DDP`."""
+    param_count = check_int("param_count", param_count, low=1, high=10**15)
+    world_size = check_int("world_size", world_size, low=1, high=MAX_WORLD_SIZE)
     ddp, zero = memory_bytes(param_count, world_size, False), memory_bytes(param_count, world_size, True)
     table = pd.DataFrame({"DDP (bytes)": ddp, "sharded (bytes)": zero})
     table.loc["total"] = table.sum()

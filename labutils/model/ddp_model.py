@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from labutils.core.busbw import bus_factor, element_bytes
-from labutils.core.inputs import check_choice, check_int, check_range, check_whole, safe_divide
+from labutils.core.inputs import LabInputError, check_choice, check_int, check_range, check_whole, safe_divide
 from labutils.model.fit import MAX_WORLD_SIZE, CurvePrediction, allreduce_ms, interpolate_time_us
 
 FIRST_BUCKET_MB = 1.0  # with its default cap, DDP puts the last layers' gradients into a small first bucket
@@ -129,7 +129,14 @@ def bucket_size_range(widths, depth: int, bucket_caps_mb=(),
     """(smallest, largest) all-reduce a set of runs makes, in bytes: DDP's buckets of every model
     at the default cap, of the widest at each of `bucket_caps_mb`, and each whole gradient (the
     no-overlap variant). The range an all-reduce sweep must cover to predict them all."""
+    check_whole("widths", widths, low=1, high=2**20)
+    if not np.size(widths):
+        raise LabInputError("widths=[] is empty: give the model widths, such as [256, 512]")
+    depth = check_int("depth", depth, low=1, high=1024)
+    check_range("bucket_caps_mb", bucket_caps_mb, low=0, low_open=True, high=1e6, unit="MiB")
+    check_range("default_cap_mb", default_cap_mb, low=0, low_open=True, high=1e6, unit="MiB")
     widths = [int(w) for w in np.atleast_1d(widths)]
+    bucket_caps_mb = np.atleast_1d(np.asarray(bucket_caps_mb, dtype=float))
     sizes = [b for w in widths for b in mlp_bucket_sizes(w, depth, default_cap_mb)]
     sizes += [b for c in bucket_caps_mb for b in mlp_bucket_sizes(max(widths), depth, float(c))]
     sizes += [mlp_gradient_bytes(w, depth) for w in widths]

@@ -183,10 +183,15 @@ def _as_frame(frame) -> pd.DataFrame:
                         "with columns size_bytes, world_size and the time, one row per size")
 
 
+MIN_TIME_US = 1e-3  # a nanosecond: no collective is that fast (a kernel launch alone takes microseconds)
+
+
 def _check_numbers(frame: pd.DataFrame, columns) -> pd.DataFrame:
     """The frame with each of `columns` as floats; LabInputError naming the column, row and value
     for text (a number given as text is a slip, not a number), booleans, None, an infinity, a
-    negative value or NaN in a size or world size. NaN and 0 times stay: nothing was measured there."""
+    negative value or NaN in a size or world size, and a time (the last column) above 0 but below
+    MIN_TIME_US (a denormal such as 2.2e-313 would also break the least squares). NaN and 0 times
+    stay: nothing was measured there."""
     out = {}
     for name in columns:
         values = frame[name]
@@ -200,6 +205,9 @@ def _check_numbers(frame: pd.DataFrame, columns) -> pd.DataFrame:
                 what = "not a number" if not real else "not a measurement"
                 raise LabInputError(f"{name}={value!r:.40} (row {row}) is {what}: the sweep's {name} must hold "
                                     f"finite numbers >= 0, one per row")
+            if name == columns[-1] and 0 < number < MIN_TIME_US:
+                raise LabInputError(f"{name}={value!r:.40} (row {row}) is below {MIN_TIME_US:g} us: no collective "
+                                    "is that fast; give the time in us (0 or NaN for a size not measured)")
         out[name] = values.astype(float)
     return frame.assign(**out)
 

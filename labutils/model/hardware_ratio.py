@@ -70,16 +70,27 @@ GPUS = {g.name: g for g in (Gpu("A100 80GB SXM", 312.0, 2039.0), Gpu("H100 SXM",
                             Gpu("H200 SXM", 989.0, 4800.0))}
 
 
+MAX_RATE = 1e9  # TFLOP/s or GB/s: a million times any device's; 1e300 would overflow to inf
+
+
 def _check_rates(compute_TFLOPs, memory_GBps=None) -> None:
-    check_range("compute_TFLOPs", compute_TFLOPs, low=0.0, low_open=True, unit="TFLOP/s")
+    check_range("compute_TFLOPs", compute_TFLOPs, low=0.0, low_open=True, high=MAX_RATE, unit="TFLOP/s")
     if memory_GBps is not None:
-        check_range("memory_GBps", memory_GBps, low=0.0, low_open=True, unit="GB/s (decimal)")
+        check_range("memory_GBps", memory_GBps, low=0.0, low_open=True, high=MAX_RATE, unit="GB/s (decimal)")
+
+
+def _check_block(hidden, ffn_ratio, batch_tokens=1.0) -> None:
+    """The MLP block's sizes: positive, and small enough that 4·b·r·h² stays a finite number."""
+    check_range("batch_tokens", batch_tokens, low=0.0, low_open=True, high=1e12, unit="tokens")
+    check_range("hidden", hidden, low=0.0, low_open=True, high=1e7)
+    check_range("ffn_ratio", ffn_ratio, low=0.0, low_open=True, high=1e3)
 
 
 def hardware_ratio(compute_TFLOPs, bandwidth_GBps):
     """R/B in FLOP per byte: compute rate (TFLOP/s, 1e12 FLOP/s) over link bandwidth (decimal GB/s)."""
     _check_rates(compute_TFLOPs)
     check_inputs(bandwidth_GBps=bandwidth_GBps)
+    check_range("bandwidth_GBps", bandwidth_GBps, high=MAX_RATE, unit="GB/s (decimal)")
     return float_or_array(as_float_array(compute_TFLOPs) * 1e12 / (as_float_array(bandwidth_GBps) * 1e9))
 
 
@@ -113,20 +124,19 @@ def layer_ms(flops, bytes_read, compute_TFLOPs, memory_GBps=None):
 
 def mlp_flops(batch_tokens, hidden, ffn_ratio=4.0):
     """F = 4·b·r·h² FLOP: the MLP block's two linears (h -> r·h -> h), 2 FLOP per multiply-add."""
+    _check_block(hidden, ffn_ratio, batch_tokens)
     return 4.0 * as_float_array(batch_tokens) * as_float_array(ffn_ratio) * as_float_array(hidden) ** 2
 
 
 def mlp_weight_bytes(hidden, ffn_ratio=4.0, weight_dtype="bf16"):
     """W = 2·r·h²·w_p bytes: the block's two weight matrices, read once per step (16·h² in bf16 at r = 4)."""
+    _check_block(hidden, ffn_ratio)
     w_p = WIRE_DTYPES[wire_dtype_name(weight_dtype)]
     return 2.0 * as_float_array(ffn_ratio) * as_float_array(hidden) ** 2 * w_p
 
 
 def mlp_ms(batch_tokens, hidden, compute_TFLOPs, memory_GBps=None, ffn_ratio=4.0, weight_dtype="bf16"):
     """One device's time for the MLP block (ms): max(F/R, W/M) (`layer_ms`), F/R alone without `memory_GBps`."""
-    check_range("batch_tokens", batch_tokens, low=0.0, low_open=True, unit="tokens")
-    check_range("hidden", hidden, low=0.0, low_open=True)
-    check_range("ffn_ratio", ffn_ratio, low=0.0, low_open=True)
     return layer_ms(mlp_flops(batch_tokens, hidden, ffn_ratio), mlp_weight_bytes(hidden, ffn_ratio, weight_dtype),
                     compute_TFLOPs, memory_GBps)
 
@@ -188,7 +198,7 @@ def critical_hidden(compute_TFLOPs, bandwidth_GBps, eta=0.8, N=2, Q=1, wire_dtyp
     """
     w = WIRE_DTYPES[wire_dtype_name(wire_dtype)]
     w_p = WIRE_DTYPES[wire_dtype_name(weight_dtype)]
-    check_range("ffn_ratio", ffn_ratio, low=0.0, low_open=True)
+    check_range("ffn_ratio", ffn_ratio, low=0.0, low_open=True, high=1e3)
     check_inputs(latency_ms=latency_ms)
     _check_rates(compute_TFLOPs, memory_GBps)
     intensity = critical_intensity(compute_TFLOPs, bandwidth_GBps, eta, N, Q)

@@ -36,14 +36,27 @@ import numpy as np
 import pandas as pd
 
 from labutils.core.busbw import bus_factor
-from labutils.core.inputs import LabInputError, check_choice, check_int, check_range
+from labutils.core.inputs import LabInputError, check_choice, check_int, check_range, check_whole
 from labutils.model.fit import latency_term_us
 
 
 def _whole(name: str, value, low: int = 1, high: int | None = None) -> int:
     """check_int that also takes numpy integers (an N taken from an array)."""
     return check_int(name, value.item() if isinstance(value, np.generic) else value, low=low, high=high)
+
+
+def _world_sizes(world_sizes, low: int, high: int) -> list[int]:
+    """A table's world sizes: a non-empty list of whole numbers in [low, high], else LabInputError."""
+    check_whole("world_sizes", world_sizes, low=low, high=high, unit="ranks")
+    sizes = [int(n) for n in np.atleast_1d(world_sizes)]
+    if not sizes:
+        raise LabInputError("world_sizes=[] is empty: give the world sizes of the table, such as (2, 4, 8)")
+    return sizes
+
+
 ALGORITHMS = ("ring", "tree", "double_tree")
+MAX_SIMULATED = 256  # bytes_table simulates every N: N x N elements over 2(N - 1) steps
+MAX_TABLE_RANKS = 2**16  # ring_vs_tree_table builds each rank's bytes: an array of N
 
 
 # --- 1. the simulation ---------------------------------------------------------------------------
@@ -254,9 +267,10 @@ def bytes_table(world_sizes=(2, 3, 4, 8, 16), size_bytes: float = 1e6) -> pd.Dat
 
     The count comes from `simulate_ring` on a buffer of N·k one-byte elements scaled to `size_bytes`.
     """
+    sizes = _world_sizes(world_sizes, 2, MAX_SIMULATED)
+    check_range("size_bytes", size_bytes, low=0, high=1e18, unit="bytes")
     rows = []
-    for n in world_sizes:
-        n = _whole("world_size", n, 2)
+    for n in sizes:
         run = simulate_ring(small_inputs(n))
         sent_share = float(run.elements_sent()[0]) / run.inputs.shape[1]
         rows.append({"N": n, "steps": len(run.steps), "chunk_bytes": size_bytes / n,
@@ -357,10 +371,10 @@ def ring_vs_tree_table(world_sizes=(2, 4, 8, 16, 32, 64, 128), size_bytes: float
                        alpha_step_us: float = 5.0, link_GBps: float = 22.0) -> pd.DataFrame:
     """Per N: steps each way, latency terms (µs), busiest rank's bytes / size, and model time (µs)
     for ring, plain tree and double tree."""
-
+    sizes = _world_sizes(world_sizes, 1, MAX_TABLE_RANKS)
+    check_range("size_bytes", size_bytes, low=0, low_open=True, high=1e18, unit="bytes")  # a share of it is shown
     rows = []
-    for n in world_sizes:
-        n = _whole("world_size", n, 1)
+    for n in sizes:
         row = {"N": n, "ring steps each way": steps_each_way("ring", n),
                "tree steps each way": steps_each_way("tree", n),
                "ring latency_us": latency_term_us(n, alpha_step_us, "ring"),

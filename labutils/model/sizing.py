@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from labutils.core.inputs import check_int, check_range
+from labutils.core.inputs import check_int, check_number, check_range
 from labutils.model.ddp_model import mlp_gradient_bytes
 from labutils.model.fit import allreduce_ms
 
@@ -157,7 +157,8 @@ def compute_size(flops_per_s: float, target_ms: float = 2.0) -> tuple[int, int]:
     """A block whose whole-layer compute takes about `target_ms` on a device of `flops_per_s`, with
     rows a quarter of its hidden size (notebook 06's one timed step, before any link is known):
     16 b H^2 / F = t with b = H / 4, so H = (F t / 4)^(1/3); b a power of two, H a multiple of 32."""
-    check_range("flops_per_s", flops_per_s, low=1e6, high=1e17, unit="flop/s")
+    check_number("flops_per_s", flops_per_s, low=1e6, high=1e17, unit="flop/s")
+    check_number("target_ms", target_ms, low=0, low_open=True, high=1e6, unit="ms")
     hidden = round_up((flops_per_s * target_ms * 1e-3 / 4) ** (1 / 3))
     return 2 ** max(3, round(math.log2(hidden / 4))), hidden
 

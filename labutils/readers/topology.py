@@ -571,7 +571,9 @@ def host_link(facts: GpuFacts | None, gpu: int = 0, default_gen: int = DEFAULT_P
     current values are shown beside them: an idle link trains down (e.g. to gen 1) to save power
     and back up under load.
     """
-
+    if facts is not None and not isinstance(facts, GpuFacts):
+        raise LabInputError(f"facts={facts!r:.60} is not one GPU's NVML facts: give an element of nvml_facts(), "
+                            "or None")
     if facts is None:
         return HostLink(gpu, default_gen, 16, None, None,
                         f"NVML gave no PCIe facts: PCIe {default_gen}.0 x16 assumed")
