@@ -144,6 +144,8 @@ def mlp_ms(batch_tokens, hidden, compute_TFLOPs, memory_GBps=None, ffn_ratio=4.0
 def turning_tokens(compute_TFLOPs, memory_GBps, weight_dtype="bf16"):
     """b* = R·w_p / (2M) tokens per step: below it a layer that reads each weight once and does 2 FLOP
     per weight and token is memory-bound, above it compute-bound (153 tokens on an A100 80GB in bf16)."""
+    if memory_GBps is None:
+        raise LabInputError("memory_GBps=None: give the memory bandwidth in GB/s (decimal)")
     _check_rates(compute_TFLOPs, memory_GBps)
     w_p = WIRE_DTYPES[wire_dtype_name(weight_dtype)]
     return float_or_array(as_float_array(compute_TFLOPs) * 1e12 * w_p / (2.0 * as_float_array(memory_GBps) * 1e9))

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from labutils.core.busbw import bus_factor
-from labutils.core.inputs import LabInputError, check_choice, check_int, check_range, check_whole
+from labutils.core.inputs import LabInputError, check_choice, check_int, check_number, check_range, check_whole
 from labutils.model.fit import latency_term_us
 
 
@@ -55,7 +55,7 @@ def _world_sizes(world_sizes, low: int, high: int) -> list[int]:
 
 
 ALGORITHMS = ("ring", "tree", "double_tree")
-MAX_SIMULATED = 256  # bytes_table simulates every N: N x N elements over 2(N - 1) steps
+MAX_SIMULATED = 128  # bytes_table simulates every N: N x N elements over 2(N - 1) steps (128: half a second)
 MAX_TABLE_RANKS = 2**16  # ring_vs_tree_table builds each rank's bytes: an array of N
 
 
@@ -268,7 +268,7 @@ def bytes_table(world_sizes=(2, 3, 4, 8, 16), size_bytes: float = 1e6) -> pd.Dat
     The count comes from `simulate_ring` on a buffer of N·k one-byte elements scaled to `size_bytes`.
     """
     sizes = _world_sizes(world_sizes, 2, MAX_SIMULATED)
-    check_range("size_bytes", size_bytes, low=0, high=1e18, unit="bytes")
+    size_bytes = check_number("size_bytes", size_bytes, low=0, high=1e18, unit="bytes")
     rows = []
     for n in sizes:
         run = simulate_ring(small_inputs(n))
@@ -372,7 +372,7 @@ def ring_vs_tree_table(world_sizes=(2, 4, 8, 16, 32, 64, 128), size_bytes: float
     """Per N: steps each way, latency terms (µs), busiest rank's bytes / size, and model time (µs)
     for ring, plain tree and double tree."""
     sizes = _world_sizes(world_sizes, 1, MAX_TABLE_RANKS)
-    check_range("size_bytes", size_bytes, low=0, low_open=True, high=1e18, unit="bytes")  # a share of it is shown
+    size_bytes = check_number("size_bytes", size_bytes, low=0, low_open=True, high=1e18, unit="bytes")
     rows = []
     for n in sizes:
         row = {"N": n, "ring steps each way": steps_each_way("ring", n),

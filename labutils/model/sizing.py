@@ -36,7 +36,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from labutils.core.inputs import check_int, check_number, check_range
+import numpy as np
+
+from labutils.core.inputs import LabInputError, check_int, check_number, check_range
 from labutils.model.ddp_model import mlp_gradient_bytes
 from labutils.model.fit import allreduce_ms
 
@@ -131,10 +133,18 @@ class LayerPlan:
         return [(self.batch, h) for h in self.hidden_sizes]
 
 
+def _check_quick(quick) -> bool:
+    """The notebooks' `quick` parameter: True or False (numpy's too), nothing else."""
+    if not isinstance(quick, (bool, np.bool_)):
+        raise LabInputError(f"quick={quick!r} must be True or False")
+    return bool(quick)
+
+
 def layer_plan(rates: Rates, quick: bool, nproc: int = 2) -> LayerPlan:
     """Hidden sizes H* x 2^(k/2), k = -4..4 (quick: k = -4, -2, 0, 2, 4), rounded up to multiples of
     32, each fitting `rates.memory_bytes` (`layer_memory_bytes` at most a third of it)."""
     nproc = check_int("nproc", nproc, low=2, high=8)
+    quick = _check_quick(quick)
     batch = layer_batch(rates, nproc)
     star = break_even_hidden(batch, rates, nproc)
     steps = range(-4, 5, 2) if quick else range(-4, 5)
@@ -247,7 +257,9 @@ def ddp_plan(rates: Rates, quick: bool, budget_s: float, depth: int = 4, nproc: 
     half of `budget_s` (`ddp_runs_s` x (building + warm-up + 1 probe + least steps) + 15 steps of the widest; half,
     since the alpha-beta line is optimistic for gloo's large messages, which leave the caches);
     at least width 64, at most 16384, and activations and weights within a third of the memory."""
-    check_range("budget_s", budget_s, low=0, unit="s")  # 0: the narrowest models only
+    budget_s = check_number("budget_s", budget_s, low=0, unit="s")  # 0: the narrowest models only
+    quick = _check_quick(quick)
+    depth, nproc = check_int("depth", depth, low=1, high=64), check_int("nproc", nproc, low=2, high=8)
     batch = ddp_batch(rates, nproc)
     count, ncaps = (2, 2) if quick else (4, 4)
     warmup, least, _ = DDP_REPS[bool(quick)]

@@ -100,4 +100,5 @@ def toy_wrong_split(x=TOY_X, A=TOY_A, B=TOY_B) -> ToySplit:
 
 def relu_of_sum_vs_sum_of_relu(a: int = 2, b: int = -3) -> tuple[int, int]:
     """(ReLU(a + b), ReLU(a) + ReLU(b)): (0, 2) for the article's 2 and -3."""
+    a, b = (check_int(name, v, low=-TOY_INPUT_MAX, high=TOY_INPUT_MAX) for name, v in (("a", a), ("b", b)))
     return int(relu(a + b)), int(relu(a) + relu(b))
