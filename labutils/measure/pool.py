@@ -312,7 +312,9 @@ class RankPool:
                 kind, rank, payload = out_q.get(timeout=0.05)
             except _queue.Empty:
                 if any(p.exitcode is not None for p in procs) or time.monotonic() > deadline:
-                    raise fail(0.5) from None
+                    # a peer's own time-out may still be on its way (a loaded machine reports late):
+                    # wait for it, so that the rank that hung is the one named
+                    raise fail(STOP_GRACE_S) from None
                 continue
             if kind == "stage":
                 stages[rank].add(payload)
