@@ -156,3 +156,39 @@ def fake_gpus(monkeypatch):
                 monkeypatch.setattr(torch.cuda, name, functools.partial(lambda n, *a, **k: calls.append((n, a)), name))
         return calls
     return install
+
+
+@pytest.fixture
+def block_starts(monkeypatch, tmp_path):
+    """`block_starts(stop)`: every way of starting a rank or a process, or of writing a result, calls
+    `stop` instead (which raises); results go to a fresh folder, torchrun's variables are unset and the
+    test runs in `tmp_path`, which it returns. The bad-input contract and the hostile rounds use it."""
+    import multiprocessing
+    import subprocess
+    import sys
+
+    import labutils.core.results
+    import labutils.measure.launch
+    import labutils.measure.sweep
+
+    def block(stop):
+        for module in ("labutils.measure.pool", "labutils.measure.sweep", "labutils.experiments.megatron",
+                       "labutils.experiments.tensor_parallel"):
+            mod = sys.modules.get(module) or __import__(module, fromlist=["x"])
+            for name in ("launch", "shared_pool", "run_tp_check"):
+                if hasattr(mod, name):
+                    monkeypatch.setattr(mod, name, stop)
+        monkeypatch.setattr(labutils.measure.launch, "run_this_rank", stop)
+        monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", stop)
+        monkeypatch.setattr(subprocess, "Popen", stop)
+        monkeypatch.setattr(labutils.core.results, "save_result", stop)
+        monkeypatch.setattr(labutils.core.results, "write_atomic", stop)
+        monkeypatch.setattr(labutils.measure.sweep, "save_sweep", stop)
+        monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path / "results"))
+        for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                     "LAB_OVERSUBSCRIBE"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.chdir(tmp_path)
+        return tmp_path
+
+    return block

@@ -11,9 +11,6 @@ from pathlib import Path
 
 import pytest
 
-import labutils.core.results
-import labutils.measure.launch
-import labutils.measure.sweep
 from labutils.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,26 +63,9 @@ def _fail(*args, **kwargs):
 
 
 @pytest.fixture
-def nothing_starts(monkeypatch, tmp_path):
+def nothing_starts(block_starts):
     """Every way of starting a rank, a process or writing a result fails the test."""
-    for module in ("labutils.measure.pool", "labutils.measure.sweep", "labutils.experiments.megatron",
-                   "labutils.experiments.tensor_parallel"):
-        mod = sys.modules.get(module) or __import__(module, fromlist=["x"])
-        for name in ("launch", "shared_pool"):
-            if hasattr(mod, name):
-                monkeypatch.setattr(mod, name, _fail)
-    monkeypatch.setattr(labutils.measure.launch, "run_this_rank", _fail)
-    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", _fail)
-    monkeypatch.setattr(subprocess, "Popen", _fail)
-    monkeypatch.setattr(labutils.core.results, "save_result", _fail)
-    monkeypatch.setattr(labutils.core.results, "write_atomic", _fail)
-    monkeypatch.setattr(labutils.measure.sweep, "save_sweep", _fail)
-    monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path / "results"))
-    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                 "LAB_OVERSUBSCRIBE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return block_starts(_fail)
 
 
 S = ["sweep", "--backend", "gloo", "--device", "cpu", "--no-progress"]

@@ -12,8 +12,6 @@ import inspect
 import math
 import multiprocessing
 import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -275,26 +273,9 @@ class Started(Exception):
 
 
 @pytest.fixture
-def sandbox(monkeypatch, tmp_path):
+def sandbox(block_starts):
     """Every way of starting a rank or a process, or writing a result, raises Started."""
-    for module in ("labutils.measure.pool", "labutils.measure.sweep", "labutils.experiments.megatron",
-                   "labutils.experiments.tensor_parallel"):
-        mod = sys.modules.get(module) or __import__(module, fromlist=["x"])
-        for name in ("launch", "shared_pool", "run_tp_check"):
-            if hasattr(mod, name):
-                monkeypatch.setattr(mod, name, _started)
-    monkeypatch.setattr(labutils.measure.launch, "run_this_rank", _started)
-    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", _started)
-    monkeypatch.setattr(subprocess, "Popen", _started)
-    monkeypatch.setattr(labutils.core.results, "save_result", _started)
-    monkeypatch.setattr(labutils.core.results, "write_atomic", _started)
-    monkeypatch.setattr(labutils.measure.sweep, "save_sweep", _started)
-    monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path / "results"))
-    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                 "LAB_OVERSUBSCRIBE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return block_starts(_started)
 
 
 def run_cli(argv, capsys, where: Path):
