@@ -20,7 +20,7 @@ with each step's limit (the default `--budget-s` 480 s, split so that the limits
    synchronised host clock on the same copy (within 15 %), 30 s;
 5. notebooks 09 and 10 in full mode, first, each alone (`python -m labutils run-notebooks --only
    <name>`), each under half of the step's 150 s;
-6. the other notebooks (00 to 08) in full mode, each alone, in course order, each under
+6. the other notebooks (00 to 08, and 11) in full mode, each alone, in course order, each under
    NOTEBOOK_LIMIT_S (75 s) while the step's 155 s last.
 
 Step k must end by the sum of the limits of the steps up to k (scaled down when `--budget-s` is
