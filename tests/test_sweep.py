@@ -102,27 +102,32 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.distributed
-def test_ctrl_c_leaves_no_process_behind():
+def test_ctrl_c_leaves_no_process_behind(tmp_path):
+    # Output goes to files, not pipes: a process left behind holding a pipe would make the wait below
+    # hang instead of failing on it. The sweep is long (64M at 5 s a size) so that Ctrl-C lands in it.
+    out, err = (open(tmp_path / name, "w+") for name in ("out.txt", "err.txt"))
     proc = subprocess.Popen([sys.executable, "-m", "labutils", "sweep", "--no-save", "--no-progress",
-                             "--max-bytes", "1M", "--budget-ms", "5000"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--max-bytes", "64M", "--budget-ms", "5000"], cwd=ROOT, stdout=out, stderr=err,
+                            text=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         kids: set[int] = set()
-        while time.monotonic() < deadline and len(kids) < 2:
+        while time.monotonic() < deadline and not (len(kids) >= 2 and "backend:" in (tmp_path / "err.txt").read_text()):
             time.sleep(0.2)
             kids |= _descendants(proc.pid)
         assert len(kids) >= 2, "the ranks never started"
         time.sleep(1.0)  # let them reach the timed loop
         kids |= _descendants(proc.pid)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err
+        out.close(), err.close()
+    said = (tmp_path / "err.txt").read_text()
+    assert proc.returncode == 130, said
     time.sleep(1.0)
-    assert not [k for k in kids if _alive(k)]
+    assert not [k for k in kids if _alive(k)], said
 
 
 @pytest.mark.distributed
