@@ -28,6 +28,20 @@ def _ranks_stopped_after_each_module():
 
 
 @pytest.fixture(autouse=True)
+def _signals_restored():
+    """A test that leaves Ctrl-C ignored in the test process would pass that to every process it
+    starts later (an ignored signal stays ignored across exec, and Python then installs no
+    KeyboardInterrupt): the handlers of SIGINT and SIGTERM are put back after each test."""
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in saved.items():
+        if signal.getsignal(signum) is not handler and handler is not None:
+            signal.signal(signum, handler)
+
+
+@pytest.fixture(autouse=True)
 def _isolated_results(tmp_path_factory, monkeypatch):
     """Every test writes result files into a fresh directory of its own, never data/results/."""
     monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path_factory.mktemp("results")))

@@ -108,7 +108,7 @@ def test_ctrl_c_leaves_no_process_behind(tmp_path):
     out, err = (open(tmp_path / name, "w+") for name in ("out.txt", "err.txt"))
     proc = subprocess.Popen([sys.executable, "-m", "labutils", "sweep", "--no-save", "--no-progress",
                              "--max-bytes", "64M", "--budget-ms", "5000"], cwd=ROOT, stdout=out, stderr=err,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a terminal's
     try:
         deadline = time.monotonic() + 90
         kids: set[int] = set()
